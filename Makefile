@@ -1,0 +1,44 @@
+# Two commands a fresh machine needs:  `make run` (the main job)  and  `make test`.
+# Both create .venv and install the pinned dependencies first (torch's CPU build before anything else).
+PY      := .venv/bin/python
+PIP     := .venv/bin/pip
+STAMP   := .venv/.installed
+export HF_HUB_OFFLINE := 1
+export PREFECT_HOME := $(CURDIR)/.prefect
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
+
+.PHONY: install run test test-all lint format bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	python3 -m venv .venv
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[dev]'
+	touch $(STAMP)
+
+run: install            ## the main job on the embedded default (CPU, scripted/tiny policy, runs/ folder)
+	.venv/bin/rao rollout
+
+test: install           ## lint, then the default test suite (no slow or GPU tests)
+	.venv/bin/ruff check .
+	$(PY) -m pytest
+
+test-all: install       ## everything that runs on CPU, slow tests included
+	$(PY) -m pytest -m 'not gpu'
+
+lint: install
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+
+format: install
+	.venv/bin/ruff format .
+	.venv/bin/ruff check --fix .
+
+bench: install          ## benchmarks: print figures and ratios against a baseline in the same process
+	$(PY) bench/fanout.py
+
+clean:
+	rm -rf .venv runs .prefect .pytest_cache

@@ -1,0 +1,1 @@
+"""Prefect layer (thin wrappers over rao_core)."""

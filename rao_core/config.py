@@ -1,0 +1,232 @@
+"""The run configuration: dataclasses with every default in one place and a help string per field.
+
+Load with `load_config(path, overrides=["agent.max_depth=3", ...])`. Bad input raises ConfigError
+with a one-line message naming the field, before any work starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def opt(default: Any, help: str, **kw: Any) -> Any:
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help, **kw})
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass
+class WorldConfig:
+    """TextCraft-Synth world generator (reference: seed 42, 5 domains, tiers 0..12, 25 items)."""
+
+    seed: int = opt(42, "seed of the world generator")
+    domains: int = opt(5, "number of material domains (at most 5)")
+    max_tier: int = opt(12, "highest tier; tier 0 holds base materials")
+    items_per_tier: int = opt(25, "items per domain at tier 0; higher tiers hold fewer")
+    cross_domain_items: int = opt(6, "items at tiers >= 10 that combine several domains")
+
+
+@dataclass
+class TaskConfig:
+    """Task synthesis over a world."""
+
+    seed: int = opt(0, "seed of task sampling (inventories, counts, split)")
+    tasks_per_item: int = opt(2, "tasks generated per target item")
+    max_count: int = opt(2, "copies of the target to craft: 1..max_count")
+    val_fraction: float = opt(0.2, "fraction of items per tier held out for validation")
+    buffer_max: float = opt(0.5, "base materials get a random 0..buffer_max extra")
+    distractors: list = opt([1, 3], "min and max distractor base items in the inventory")
+
+
+@dataclass
+class AgentConfig:
+    """The recursive agent and its budgets; all are enforced by the runtime."""
+
+    mode: Literal["recursive", "single"] = opt("recursive", "single removes launch_subagent")
+    max_depth: int = opt(6, "depth cap (root = 0); launches past it are refused")
+    max_steps: int = opt(25, "model turns per node")
+    max_children: int = opt(8, "sub-agents one node may start")
+    max_nodes: int = opt(64, "nodes per tree, root included")
+    max_context_tokens: int = opt(8192, "tokens per node; overflow ends the node as failed")
+    max_new_tokens: int = opt(512, "tokens sampled per turn")
+    cell_timeout_s: float = opt(10.0, "wall-clock limit of one cell")
+    tree_timeout_s: float = opt(600.0, "wall-clock limit of one tree")
+    loop_guard: int = opt(4, "end a node that sends the same cell this many times in a row")
+    max_observation_chars: int = opt(2000, "cell output beyond this is truncated")
+    max_calls_per_cell: int = opt(200, "tool and launch calls one cell may make")
+    reply_format: str = opt("thought_python", "reply format profile, see rao_core.agent.parsing")
+
+
+@dataclass
+class SandboxConfig:
+    """Limits of the REPL worker processes that run model-written cells."""
+
+    memory_mb: int = opt(1024, "address-space limit of a worker (RLIMIT_AS)")
+    cpu_seconds: int = opt(120, "CPU-time limit of a worker over its life (RLIMIT_CPU)")
+    seccomp: bool = opt(True, "install the seccomp filter (no files, network, processes)")
+    max_output_chars: int = opt(100_000, "stdout a cell may produce before it is cut")
+
+
+@dataclass
+class PolicyConfig:
+    """Which policy writes the cells."""
+
+    kind: Literal["scripted"] = opt("scripted", "scripted expert (model engines come with issue 4)")
+    error_rate: float = opt(0.1, "scripted expert: chance per turn of a plausible mistake")
+    latency_s: float = opt(0.0, "scripted expert: artificial delay per turn (benchmarks)")
+    tokenizer: str = opt("tiny", "'tiny' builds the bootstrap tokenizer; else a local HF path")
+
+
+@dataclass
+class RolloutConfig:
+    split: Literal["train", "val"] = opt("train", "which tasks to roll out")
+    difficulty: str = opt("medium", "easy, medium, hard, extreme, or a comma list")
+    num_tasks: int = opt(8, "root tasks N")
+    group_size: int = opt(4, "trees per root task G")
+    max_concurrent_trees: int = opt(16, "trees in flight at once")
+    round: int = opt(0, "round (iteration) the rows belong to")
+    policy_version: int = opt(0, "policy version recorded with the rows")
+
+
+@dataclass
+class ScoringConfig:
+    """RAO's training signal (Eq. 1, 3, 4) and the choices the reference leaves open."""
+
+    lam: float = opt(0.0, "lambda of Eq. 1: weight of the children's mean success")
+    depth_weighting: bool = opt(True, "Eq. 4 depth balancing; False gives w = 1")
+    unfinished_roots: Literal["keep", "drop"] = opt("keep", "trees whose root never finished")
+    single_tree_groups: Literal["skip", "zero_baseline"] = opt("skip", "groups with one valid tree")
+    zero_advantage_groups: Literal["skip", "keep"] = opt("skip", "groups whose advantages are all 0")
+
+
+@dataclass
+class RunConfig:
+    run_name: str = opt("default", "folder name under runs_dir")
+    runs_dir: str = opt("runs", "root folder of all runs")
+    suite: Literal["textcraft"] = opt("textcraft", "task suite")
+    world: WorldConfig = field(default_factory=WorldConfig)
+    tasks: TaskConfig = field(default_factory=TaskConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.runs_dir) / self.run_name
+
+
+DIFFICULTIES = {"easy": (2, 3), "medium": (4, 6), "hard": (7, 9), "extreme": (10, 12)}
+
+
+def validate(cfg: RunConfig) -> RunConfig:
+    """Cross-field checks; each failure names the field."""
+
+    def need(ok: bool, name: str, why: str) -> None:
+        if not ok:
+            raise ConfigError(f"{name}: {why}")
+
+    need(1 <= cfg.world.domains <= 5, "world.domains", "must be 1..5")
+    need(2 <= cfg.world.max_tier <= 12, "world.max_tier", "must be 2..12")
+    need(cfg.world.items_per_tier >= 2, "world.items_per_tier", "must be >= 2")
+    need(0.0 < cfg.tasks.val_fraction < 1.0, "tasks.val_fraction", "must be in (0, 1)")
+    d = cfg.tasks.distractors
+    need(len(d) == 2 and 0 <= d[0] <= d[1], "tasks.distractors", "must be [min, max] with min <= max")
+    for name in ("max_depth", "max_steps", "max_nodes", "max_context_tokens", "max_new_tokens"):
+        need(getattr(cfg.agent, name) >= (0 if name == "max_depth" else 1), f"agent.{name}", "too small")
+    need(cfg.agent.loop_guard >= 2, "agent.loop_guard", "must be >= 2")
+    need(cfg.agent.cell_timeout_s > 0, "agent.cell_timeout_s", "must be > 0")
+    need(cfg.sandbox.memory_mb >= 128, "sandbox.memory_mb", "must be >= 128")
+    need(0.0 <= cfg.policy.error_rate <= 1.0, "policy.error_rate", "must be in [0, 1]")
+    for diff in cfg.rollout.difficulty.split(","):
+        need(diff.strip() in DIFFICULTIES, "rollout.difficulty", f"unknown difficulty {diff!r}")
+    need(cfg.rollout.num_tasks >= 1, "rollout.num_tasks", "must be >= 1")
+    need(cfg.rollout.group_size >= 1, "rollout.group_size", "must be >= 1")
+    need(cfg.scoring.lam >= 0.0, "scoring.lam", "must be >= 0")
+    need("/" not in cfg.run_name and cfg.run_name not in ("", ".", ".."), "run_name", "must be a plain name")
+    return cfg
+
+
+def _coerce(value: Any, typ: Any, name: str) -> Any:
+    """Check a YAML value against a field's annotation (int, float, bool, str, list, Literal)."""
+    origin = typing.get_origin(typ)
+    if origin is Literal:
+        if value not in typing.get_args(typ):
+            raise ConfigError(f"{name}: {value!r} is not one of {list(typing.get_args(typ))}")
+        return value
+    if origin in (types.UnionType, typing.Union):
+        return value
+    if typ is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    base = {"int": int, "float": float, "bool": bool, "str": str, "list": list, "dict": dict}.get(
+        getattr(typ, "__name__", str(typ)), typ
+    )
+    if isinstance(base, type) and (not isinstance(value, base) or (base is int and isinstance(value, bool))):
+        raise ConfigError(f"{name}: expected {base.__name__}, got {value!r}")
+    return value
+
+
+def _apply(obj: Any, data: dict, prefix: str = "") -> None:
+    hints = typing.get_type_hints(type(obj))
+    names = {f.name for f in dataclasses.fields(obj)}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if key not in names:
+            raise ConfigError(f"{name}: unknown field (known: {', '.join(sorted(names))})")
+        current = getattr(obj, key)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{name}: expected a mapping")
+            _apply(current, value, prefix=f"{name}.")
+        else:
+            setattr(obj, key, _coerce(value, hints[key], name))
+
+
+def parse_override(text: str) -> dict:
+    """'agent.max_depth=3' -> {'agent': {'max_depth': 3}} (the value is read as YAML)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected key=value")
+    key, raw = text.split("=", 1)
+    value = yaml.safe_load(raw) if raw.strip() else ""
+    out: dict = {}
+    cur = out
+    parts = key.strip().split(".")
+    for p in parts[:-1]:
+        cur = cur.setdefault(p, {})
+    cur[parts[-1]] = value
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    cfg = RunConfig()
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: top level must be a mapping")
+        _apply(cfg, data)
+    for text in overrides or []:
+        _apply(cfg, parse_override(text))
+    return validate(cfg)
+
+
+def to_dict(cfg: RunConfig) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def save_config(cfg: RunConfig, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
