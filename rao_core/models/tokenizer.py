@@ -1,0 +1,92 @@
+"""The bootstrap tokenizer: a byte-level BPE trained locally, with every digit its own token.
+
+No tokenizer can be downloaded here, so the embedded default trains one in about a second on a
+corpus of agent-style text. Splitting digits keeps item names like `m2_i3_7` and counts copyable
+token by token. The chat template is ChatML, the format of the Qwen family.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Iterable
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+_WORDS = (
+    "craft get_info view_inventory finish launch_subagent await asyncio gather print for in if else "
+    "return results result info items item inventory recipe ingredients output targets target count "
+    "thought python Error: Crafted Inventory now has not enough need have sub-agent Sub-agent did "
+    "finished failed budget depth steps Craft the You are a recursive agent Write one cell cell "
+    "Observation Refused limit reached Do this work yourself True False None is_base in_inventory "
+    "crafting_depth can_craft error unknown amount must be multiple of wrong expected"
+).split()
+
+
+def default_corpus(n_lines: int = 4000, seed: int = 0) -> Iterable[str]:
+    """Synthetic agent text: tags, tool calls with item names and counts, prose words."""
+    rng = random.Random(seed)
+
+    def name() -> str:
+        d = rng.choice("mx")
+        return f"{d}{rng.randint(0, 4)}_i{rng.randint(0, 12)}_{rng.randint(0, 30)}"
+
+    for _ in range(n_lines):
+        a, b, c = name(), name(), name()
+        words = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(3, 12)))
+        yield (
+            f"<thought>{words}</thought>\n<python>\ninfo = get_info(['{a}', '{b}'])\nprint(info)\n"
+            f"print(craft({{'{a}': {rng.randint(1, 9)}, '{b}': {rng.randint(1, 4)}}}, ('{c}', {rng.randint(1, 4)})))\n"
+            f"results = await asyncio.gather(launch_subagent({{'{a}': 2}}), launch_subagent({{'{b}': 1}}))\n"
+            f"finish('Crafted {rng.randint(1, 4)} {c}')\n</python>"
+        )
+        yield f"[{{'item': '{a}', 'is_base': False, 'recipe': {{'ingredients': {{'{b}': 2}}, 'output': 1}}}}]"
+
+
+def train_tokenizer(corpus: Iterable[str], vocab_size: int = 512) -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus, trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None
+    )
+    fast.chat_template = CHATML_TEMPLATE
+    return fast
+
+
+@functools.lru_cache(maxsize=4)
+def tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
+    """The embedded default; deterministic for a given vocab size."""
+    return train_tokenizer(default_corpus(), vocab_size=vocab_size)
+
+
+def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
+    """'tiny' (trained here) or a local Hugging Face tokenizer folder (nothing is downloaded)."""
+    if name == "tiny":
+        return tiny_tokenizer()
+    if not Path(name).exists():
+        raise FileNotFoundError(f"tokenizer {name!r}: not 'tiny' and no local folder of that name")
+    tok = AutoTokenizer.from_pretrained(name, local_files_only=True)
+    if tok.chat_template is None:
+        raise ValueError(f"tokenizer {name!r} has no chat template")
+    return tok

@@ -1,0 +1,49 @@
+"""Shared fixtures: a toy world small enough for every test, and a scripted cell policy."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+
+import pytest
+
+from rao_core.agent.policy import Generation, GenerationRequest, NodeState, Policy
+from rao_core.config import RunConfig, load_config
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+TOY = [
+    "world.domains=2",
+    "world.max_tier=6",
+    "world.items_per_tier=6",
+    "world.cross_domain_items=0",
+    "tasks.tasks_per_item=1",
+    "rollout.difficulty=easy",
+    "rollout.num_tasks=2",
+    "rollout.group_size=2",
+    "agent.cell_timeout_s=5",
+    "agent.tree_timeout_s=60",
+]
+
+
+def toy_config(tmp_path, *overrides: str) -> RunConfig:
+    return load_config(overrides=[f"runs_dir={tmp_path}", *TOY, *overrides])
+
+
+@pytest.fixture
+def toy(tmp_path) -> Callable[..., RunConfig]:
+    return lambda *overrides: toy_config(tmp_path, *overrides)
+
+
+class CellScript(Policy):
+    """Replays cells chosen by a function of the node's state (turn, depth, last observation)."""
+
+    def __init__(self, script: Callable[[NodeState], str], latency_s: float = 0.0) -> None:
+        self.script, self.latency_s = script, latency_s
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        code = self.script(request.node)
+        return Generation(text=f"<thought>step {request.node.turn}</thought>\n<python>\n{code}\n</python>")
