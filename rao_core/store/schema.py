@@ -48,7 +48,11 @@ NODE_FIELDS: list[tuple[str, pa.DataType, str]] = [
     # training data
     ("token_ids", pa.list_(pa.int32()), "the node's whole conversation as one token sequence"),
     ("action_mask", pa.list_(pa.int8()), "1 where the node generated the token"),
-    ("logprobs", pa.list_(pa.float32()), "sampler log-prob per token (0 where action_mask is 0); empty for scripted policies"),
+    (
+        "logprobs",
+        pa.list_(pa.float32()),
+        "sampler log-prob per token (0 where action_mask is 0); empty for scripted policies",
+    ),
     # reading
     ("transcript", pa.string(), "human-readable conversation"),
 ]

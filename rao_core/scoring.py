@@ -1,0 +1,127 @@
+"""RL scoring of one round: rewards, leave-one-out baselines, advantages and depth weights in SQL.
+
+The equations (RAO Eq. 1, 3, 4) live in sql/*.sql and run in DuckDB over the round's Parquet node
+file; this module binds the parameters, checks the input and writes the `scores` partition
+atomically next to the rollouts. See docs/scoring.md for the equations and the edge-case settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from rao_core.config import ScoringConfig
+from rao_core.store.parquet import is_complete, read_partition, write_partition
+from rao_core.store.sqlfiles import run_sql
+
+SCORE_FIELDS: list[tuple[str, pa.DataType, str]] = [
+    ("run", pa.string(), "run name"),
+    ("round", pa.int32(), "round the node was rolled out in"),
+    ("task_id", pa.string(), "root task: the group of the leave-one-out baseline"),
+    ("tree_id", pa.string(), "rollout tree"),
+    ("node_id", pa.string(), "key, same as nodes.node_id"),
+    ("parent_id", pa.string(), "parent node, null for the root"),
+    ("depth", pa.int32(), "0 for the root"),
+    ("success", pa.float64(), "s(X) used by Eq. 1 (a null success counts as 0)"),
+    ("reward", pa.float64(), "R(X) = s(X) + lam * mean of the children's s (Eq. 1)"),
+    ("baseline", pa.float64(), "leave-one-out mean of the other valid trees' root rewards; null if dropped"),
+    ("advantage", pa.float64(), "R(X) - baseline (Eq. 3); 0 when the baseline is null"),
+    ("depth_weight", pa.float64(), "w_d of Eq. 4; null when no trained node has this depth"),
+    ("weighted_advantage", pa.float64(), "depth_weight * advantage for trained nodes, else 0"),
+    ("trained", pa.bool_(), "whether the trainer uses this node"),
+    ("drop_reason", pa.string(), "timeout, unfinished_root, single_tree_group, zero_advantage_group"),
+]
+
+SCORES_SCHEMA = pa.schema([pa.field(n, t, metadata={"doc": d}) for n, t, d in SCORE_FIELDS])
+
+# Run in this order in one connection: each file builds a temp table the next one reads.
+PIPELINE = ("node_rewards", "group_baselines", "depth_counts")
+
+
+def rollouts_dir(run_dir: str | Path, round: int) -> Path:
+    return Path(run_dir) / "rollouts" / f"round={round}"
+
+
+def scores_dir(run_dir: str | Path, round: int) -> Path:
+    return Path(run_dir) / "scores" / f"round={round}"
+
+
+def _params(nodes_path: Path, cfg: ScoringConfig) -> dict[str, Any]:
+    if cfg.unfinished_roots not in ("keep", "drop"):
+        raise ValueError(f"scoring.unfinished_roots: {cfg.unfinished_roots!r}")
+    if cfg.single_tree_groups not in ("skip", "zero_baseline"):
+        raise ValueError(f"scoring.single_tree_groups: {cfg.single_tree_groups!r}")
+    if cfg.zero_advantage_groups not in ("skip", "keep"):
+        raise ValueError(f"scoring.zero_advantage_groups: {cfg.zero_advantage_groups!r}")
+    return {
+        "nodes_path": str(nodes_path),
+        "lam": float(cfg.lam),
+        "depth_weighting": bool(cfg.depth_weighting),
+        "unfinished_roots": cfg.unfinished_roots,
+        "single_tree_groups": cfg.single_tree_groups,
+        "zero_advantage_groups": cfg.zero_advantage_groups,
+    }
+
+
+def score_nodes(nodes_path: str | Path, cfg: ScoringConfig) -> pa.Table:
+    """Score one round's node file; returns the scores table (rows in the nodes file's order).
+
+    Raises ValueError when the trees are malformed (duplicate node ids, not exactly one root per
+    tree), since every baseline would silently be wrong otherwise.
+    """
+    params = _params(Path(nodes_path), cfg)
+    with duckdb.connect() as con:
+        for name in PIPELINE:
+            run_sql(con, name, params)
+            if name == "node_rewards":
+                problems = run_sql(con, "checks").fetchall()
+                if problems:
+                    raise ValueError(f"{nodes_path}: malformed trees: " + "; ".join(p for (p,) in problems))
+        table = run_sql(con, "advantages", params).to_arrow_table()
+    return table.cast(SCORES_SCHEMA)
+
+
+def score_round(run_dir: str | Path, round: int, cfg: ScoringConfig) -> Path:
+    """Score `rollouts/round=N` into `scores/round=N` and return that partition's path.
+
+    Idempotent: a complete scores partition is returned as is (scores are a pure function of the
+    nodes and the config recorded in its marker), so a retried flow step costs nothing.
+    """
+    dest = scores_dir(run_dir, round)
+    if is_complete(dest):
+        return dest
+    src = rollouts_dir(run_dir, round)
+    if not is_complete(src):
+        raise FileNotFoundError(f"no complete rollouts partition at {src}")
+    table = score_nodes(src / "nodes.parquet", cfg)
+    try:
+        return write_partition({"scores": table}, dest, meta={"scoring": dataclasses.asdict(cfg)})
+    except FileExistsError:  # a concurrent scorer finished first: same inputs, same result
+        return dest
+
+
+def scores_summary(run_dir: str | Path, round: int) -> dict[str, Any]:
+    """Figures of one scored round for logging (MLflow): counts, drops, means, N_d and w_d."""
+    scores = read_partition(scores_dir(run_dir, round), "scores")
+    with duckdb.connect() as con:
+        con.register("scores", scores)
+        totals = run_sql(con, "summary_totals").fetchall()[0]
+        drops = run_sql(con, "summary_drops").fetchall()
+        depths = run_sql(con, "summary_depths").fetchall()
+    nodes, trained, trees, mean_reward, mean_adv, mean_root_reward = totals
+    return {
+        "round": round,
+        "nodes": nodes,
+        "trained_nodes": trained,
+        "trees": trees,
+        "dropped_trees": {reason: n for reason, n in drops},
+        "mean_reward": mean_reward,
+        "mean_root_reward": mean_root_reward,
+        "mean_advantage_trained": mean_adv,
+        "n_d": {d: n for d, n, _ in depths},
+        "w_d": {d: w for d, _, w in depths},
+    }
