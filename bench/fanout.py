@@ -1,0 +1,93 @@
+"""Benchmark: does recursion buy wall-clock time, and what does a turn cost the orchestrator?
+
+1. Fan-out: a root whose target needs 3 independent craftable ingredients delegates them to 3
+   children (flat below, depth cap 1), under an artificial per-turn latency L standing in for model
+   time. Run once with `asyncio.gather` (siblings concurrent) and once awaiting children one after
+   another; print both wall times and the speedup (the limit is about 3x; the paper reports 2.5x).
+2. Overhead: many recursive trees with zero latency; print node-turns per second and the
+   orchestration cost per turn (sandbox round trips, tool calls, tokenisation, worker starts).
+
+    .venv/bin/python bench/fanout.py [--latency 0.2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+
+from rao_core.agent.prompts import ChatFraming
+from rao_core.agent.tree import TreeRun, TreeSpec
+from rao_core.config import AgentConfig, RunConfig, SandboxConfig, WorldConfig
+from rao_core.envs.textcraft import Inventory, TextCraftEnv, base_needs, generate_world, solve
+from rao_core.envs.textcraft.expert import TextCraftExpert
+from rao_core.models.tokenizer import tiny_tokenizer
+from rao_core.rollout import ensure_data, load_round, rollout_round, summarize
+
+
+def pick_target(world, lo: int = 15, hi: int = 30) -> tuple[str, list[int]]:
+    """An item with exactly 3 craftable ingredients whose flat plans are long and balanced."""
+    best = None
+    for name, item in world.items.items():
+        r = item.recipe
+        if r is None or r.output != 1 or len(r.ingredients) != 3:
+            continue
+        if any(world.is_base(i) for i in r.ingredients):
+            continue
+        lens = [len(solve(world, base_needs(world, {i: n}), {i: n}) or []) for i, n in r.ingredients.items()]
+        if min(lens) >= lo and max(lens) <= hi and (best is None or max(lens) - min(lens) < best[2]):
+            best = (name, lens, max(lens) - min(lens))
+    if best is None:
+        raise SystemExit("no suitable target in this world")
+    return best[0], best[1]
+
+
+def fan_out_seconds(world, target: str, parallel: bool, latency: float) -> tuple[float, list]:
+    env = TextCraftEnv(world, Inventory(base_needs(world, {target: 1})), {target: 1})
+    policy = TextCraftExpert(world, latency_s=latency, parallel=parallel, inspect=False)
+    cfg = AgentConfig(max_depth=1, max_steps=40, tree_timeout_s=600)
+    tree = TreeRun(TreeSpec("bench", 0, env), policy, ChatFraming(tiny_tokenizer()), cfg, SandboxConfig())
+    start = time.perf_counter()
+    asyncio.run(tree.run())
+    return time.perf_counter() - start, tree.records
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--latency", type=float, default=0.2, help="seconds per model turn")
+    ap.add_argument("--trees", type=int, default=32, help="trees for the overhead measurement")
+    args = ap.parse_args()
+
+    world = generate_world(WorldConfig())
+    target, lens = pick_target(world)
+    print(f"fan-out target {target} (tier {world.items[target].tier}); child flat plans {lens} crafts")
+    par, recs = fan_out_seconds(world, target, True, args.latency)
+    seq, _ = fan_out_seconds(world, target, False, args.latency)
+    root = next(r for r in recs if r.depth == 0)
+    turns = sorted(r.turns for r in recs if r.depth == 1)
+    ok = all(r.success == 1.0 for r in recs)
+    print(f"  root turns {root.turns}, child turns {turns}, all succeeded: {ok}")
+    print(f"  L={args.latency:.2f}s  concurrent {par:.2f}s  sequential {seq:.2f}s  speedup {seq / par:.2f}x")
+    ideal = (root.turns + sum(turns)) / (root.turns + max(turns))
+    print(f"  ideal speedup for these turn counts {ideal:.2f}x; achieved {seq / par / ideal:.0%} of it")
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = RunConfig(runs_dir=tmp, run_name="bench")
+        cfg.rollout.difficulty, cfg.rollout.num_tasks, cfg.rollout.group_size = "medium", args.trees // 2, 2
+        cfg.policy.error_rate = 0.0
+        ensure_data(cfg)
+        start = time.perf_counter()
+        rollout_round(cfg)
+        wall = time.perf_counter() - start
+        s = summarize(load_round(cfg, 0))
+    print(
+        f"overhead: {s['trees']} trees, {s['nodes']} nodes, {s['node_turns']} node-turns in {wall:.2f}s "
+        f"(incl. writing Parquet): {s['node_turns'] / wall:.0f} node-turns/s, "
+        f"{1000 * wall / s['node_turns']:.2f} ms per turn, {s['nodes'] / wall:.0f} nodes/s"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""The `rao` command: parse arguments, then call one function of the core.
+
+rao rollout [--config run.yaml] [--set agent.max_depth=3 ...]   roll out one round to Parquet
+rao synth   [--config ...] [--set ...]                           write the world and task files
+rao sql "SELECT ..." [--run runs/default]                        query a run's tables read-only
+rao config  [--config ...] [--set ...]                           print the resolved configuration
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from rao_core.config import ConfigError, load_config, to_dict
+
+
+def _config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML file with any subset of the configuration")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one field, e.g. --set rollout.num_tasks=4 (repeatable)",
+    )
+
+
+def _print_summary(summary: dict, path: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"rollout -> {path}", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key in (
+        "trees",
+        "nodes",
+        "root_success",
+        "nodes_per_tree",
+        "max_depth",
+        "delegation_rate",
+        "node_turns",
+        "wall_seconds",
+    ):
+        value = summary[key]
+        table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
+    for depth, s in summary["success_by_depth"].items():
+        table.add_row(f"success at depth {depth}", f"{s:.3f}")
+    table.add_row("statuses", ", ".join(f"{k} {v}" for k, v in sorted(summary["statuses"].items())))
+    Console().print(table)
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    from rao_core.rollout import load_round, rollout_round, summarize
+
+    cfg = load_config(args.config, args.overrides)
+    path = rollout_round(cfg, progress=not args.no_progress)
+    _print_summary(summarize(load_round(cfg, cfg.rollout.round)), str(path))
+    return 0
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    from rao_core.rollout import ensure_data
+
+    cfg = load_config(args.config, args.overrides)
+    print(ensure_data(cfg))
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    import yaml
+
+    print(yaml.safe_dump(to_dict(load_config(args.config, args.overrides)), sort_keys=False), end="")
+    return 0
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    from rao_core.query import sql_main
+
+    return sql_main(args.run, args.query, args.file, args.max_rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rao", description="Recursive Agent Optimization")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("rollout", help="roll out G trees for each of N root tasks to Parquet")
+    _config_args(p)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_rollout)
+
+    p = sub.add_parser("synth", help="synthesize the world and task files of a run")
+    _config_args(p)
+    p.set_defaults(func=cmd_synth)
+
+    p = sub.add_parser("config", help="print the resolved configuration")
+    _config_args(p)
+    p.set_defaults(func=cmd_config)
+
+    p = sub.add_parser("sql", help="query a run's tables (nodes, scores, samples) read-only")
+    p.add_argument("query", nargs="?", help="the SQL text")
+    p.add_argument("--file", help="read the SQL from a file")
+    p.add_argument("--run", default="runs/default", help="run folder (default runs/default)")
+    p.add_argument("--max-rows", type=int, default=50)
+    p.set_defaults(func=cmd_sql)
+
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as e:  # bad input gets one line; RAO_DEBUG=1 shows the traceback instead
+        if os.environ.get("RAO_DEBUG"):
+            raise
+        print(f"config error: {e}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, FileExistsError, ValueError) as e:
+        if os.environ.get("RAO_DEBUG"):
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
