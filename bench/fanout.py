@@ -19,27 +19,42 @@ import time
 from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.tree import TreeRun, TreeSpec
 from rao_core.config import AgentConfig, RunConfig, SandboxConfig, WorldConfig
-from rao_core.envs.textcraft import Inventory, TextCraftEnv, base_needs, generate_world, solve
+from rao_core.envs.textcraft import (
+    DOMAINS,
+    Inventory,
+    Item,
+    Recipe,
+    TextCraftEnv,
+    World,
+    base_needs,
+    generate_world,
+    solve,
+)
 from rao_core.envs.textcraft.expert import TextCraftExpert
 from rao_core.models.tokenizer import tiny_tokenizer
 from rao_core.rollout import ensure_data, load_round, rollout_round, summarize
 
 
-def pick_target(world, lo: int = 15, hi: int = 30) -> tuple[str, list[int]]:
-    """An item with exactly 3 craftable ingredients whose flat plans are long and balanced."""
-    best = None
-    for name, item in world.items.items():
-        r = item.recipe
-        if r is None or r.output != 1 or len(r.ingredients) != 3:
-            continue
-        if any(world.is_base(i) for i in r.ingredients):
-            continue
-        lens = [len(solve(world, base_needs(world, {i: n}), {i: n}) or []) for i, n in r.ingredients.items()]
-        if min(lens) >= lo and max(lens) <= hi and (best is None or max(lens) - min(lens) < best[2]):
-            best = (name, lens, max(lens) - min(lens))
-    if best is None:
-        raise SystemExit("no suitable target in this world")
-    return best[0], best[1]
+def bench_world(longest: int = 34) -> tuple[World, str, list[int]]:
+    """The reference world plus one bench item made of 3 items from 3 different domains with flat
+    plans of equal length, so the 3 children share no intermediate item (domains are disjoint),
+    are truly independent, and take the same number of turns."""
+    world = generate_world(WorldConfig())
+    steps = {
+        name: len(solve(world, base_needs(world, {name: 1}), {name: 1}) or [])
+        for name, item in sorted(world.items.items())
+        if item.recipe is not None and item.domain in DOMAINS[:3] and item.tier <= 7
+    }
+    for n in range(longest, 0, -1):
+        parts = [
+            next((k for k, v in steps.items() if v == n and world.items[k].domain == d), None)
+            for d in DOMAINS[:3]
+        ]
+        if all(parts):
+            break
+    tier = 1 + max(world.items[p].tier for p in parts)
+    target = Item("bench_x", "cross", tier, Recipe({p: 1 for p in parts}, 1))
+    return World({**world.items, target.name: target}), target.name, [n] * 3
 
 
 def fan_out_seconds(world, target: str, parallel: bool, latency: float) -> tuple[float, list]:
@@ -58,8 +73,7 @@ def main() -> None:
     ap.add_argument("--trees", type=int, default=32, help="trees for the overhead measurement")
     args = ap.parse_args()
 
-    world = generate_world(WorldConfig())
-    target, lens = pick_target(world)
+    world, target, lens = bench_world()
     print(f"fan-out target {target} (tier {world.items[target].tier}); child flat plans {lens} crafts")
     par, recs = fan_out_seconds(world, target, True, args.latency)
     seq, _ = fan_out_seconds(world, target, False, args.latency)

@@ -80,12 +80,23 @@ class SandboxConfig:
 
 @dataclass
 class PolicyConfig:
-    """Which policy writes the cells."""
+    """Which policy writes the cells, and how it samples."""
 
-    kind: Literal["scripted"] = opt("scripted", "scripted expert (model engines come with issue 4)")
+    kind: Literal["scripted", "hf", "vllm", "openai"] = opt("scripted", "scripted expert or a model engine")
+    model: str = opt("tiny", "'tiny' (the bootstrap model) or a local Hugging Face folder")
+    tokenizer: str = opt("tiny", "'tiny' builds the bootstrap tokenizer; else a local HF folder")
+    temperature: float = opt(1.0, "sampling temperature of rollouts (0 = greedy)")
     error_rate: float = opt(0.1, "scripted expert: chance per turn of a plausible mistake")
     latency_s: float = opt(0.0, "scripted expert: artificial delay per turn (benchmarks)")
-    tokenizer: str = opt("tiny", "'tiny' builds the bootstrap tokenizer; else a local HF path")
+    device: str = opt("auto", "hf engine: cpu, cuda or auto")
+    dtype: str = opt("auto", "hf/vllm: float32, bfloat16 or auto (bf16 on GPU, fp32 on CPU)")
+    max_batch_size: int = opt(64, "hf engine: sequences per micro-batch")
+    max_batch_tokens: int = opt(65536, "hf engine: prompt+new tokens per micro-batch")
+    base_url: str = opt("", "openai engine: server URL, e.g. http://127.0.0.1:8000/v1")
+    api_key_env: str = opt("OPENAI_API_KEY", "openai engine: environment variable holding the key")
+    served_model: str = opt("", "openai engine: model name on the server")
+    tensor_parallel_size: int = opt(1, "vllm: GPUs per engine replica")
+    gpu_memory_utilization: float = opt(0.85, "vllm: fraction of GPU memory for the engine")
 
 
 @dataclass
@@ -150,6 +161,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     need(cfg.agent.cell_timeout_s > 0, "agent.cell_timeout_s", "must be > 0")
     need(cfg.sandbox.memory_mb >= 128, "sandbox.memory_mb", "must be >= 128")
     need(0.0 <= cfg.policy.error_rate <= 1.0, "policy.error_rate", "must be in [0, 1]")
+    need(cfg.policy.temperature >= 0.0, "policy.temperature", "must be >= 0")
+    need(cfg.policy.kind != "openai" or bool(cfg.policy.base_url), "policy.base_url", "needed by kind openai")
     for diff in cfg.rollout.difficulty.split(","):
         need(diff.strip() in DIFFICULTIES, "rollout.difficulty", f"unknown difficulty {diff!r}")
     need(cfg.rollout.num_tasks >= 1, "rollout.num_tasks", "must be >= 1")

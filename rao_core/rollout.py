@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from rao_core.agent.policy import Policy
 from rao_core.agent.prompts import ChatFraming
+from rao_core.agent.sandbox import shutdown_sandboxes
 from rao_core.agent.tree import TreeRun, TreeSpec
 from rao_core.config import RunConfig, save_config
 from rao_core.envs.textcraft import World, env_from_task, load_tasks, select_tasks, synthesize
@@ -63,7 +64,7 @@ async def run_trees(
 
     async def one(spec: TreeSpec) -> TreeRun:
         async with gate:
-            run = TreeRun(spec, policy, chat, cfg.agent, cfg.sandbox)
+            run = TreeRun(spec, policy, chat, cfg.agent, cfg.sandbox, cfg.policy.temperature)
             await run.run()
         if on_tree_done:
             on_tree_done(run)
@@ -146,15 +147,21 @@ def rollout_round(cfg: RunConfig, progress: bool = False) -> Path:
     policy = make_policy(cfg, world)
     chat = ChatFraming(load_tokenizer(cfg.policy.tokenizer))
 
+    async def main(on_tree_done: Callable[[TreeRun], None] | None) -> list[TreeRun]:
+        try:
+            return await run_trees(specs, policy, chat, cfg, on_tree_done)
+        finally:
+            await shutdown_sandboxes()  # leave no worker behind, whatever happened
+
     start = time.time()
     if progress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
         with Progress("[bold]rollout", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
             task = bar.add_task("trees", total=len(specs))
-            runs = asyncio.run(run_trees(specs, policy, chat, cfg, lambda _: bar.advance(task)))
+            runs = asyncio.run(main(lambda _: bar.advance(task)))
     else:
-        runs = asyncio.run(run_trees(specs, policy, chat, cfg))
+        runs = asyncio.run(main(None))
     rows = [row for run in runs for row in tree_rows(run, cfg, split)]
     table = pa.Table.from_pylist(rows, schema=NODE_SCHEMA)
     meta = {"trees": len(runs), "seconds": round(time.time() - start, 3)}

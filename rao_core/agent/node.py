@@ -119,7 +119,7 @@ async def run_node(
                 rec.status = "context_overflow"
                 break
             state.turn = turn
-            req = GenerationRequest(ids, min(cfg.max_new_tokens, room), tree.fmt.stop, state)
+            req = GenerationRequest(ids, min(cfg.max_new_tokens, room), tree.fmt.stop, state, tree.temperature)
             gen = await tree.policy.generate(req)
             new_ids = gen.token_ids if gen.token_ids is not None else chat.encode(gen.text)
             ids, mask = ids + new_ids, mask + [1] * len(new_ids)

@@ -36,6 +36,7 @@ class GenerationRequest:
     max_new_tokens: int
     stop: tuple[str, ...]
     node: NodeState
+    temperature: float = 1.0  # 0 means greedy
 
 
 @dataclass

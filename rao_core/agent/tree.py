@@ -44,8 +44,10 @@ class TreeRun:
         chat: ChatFraming,
         agent_cfg: AgentConfig,
         sandbox_cfg: SandboxConfig,
+        temperature: float = 1.0,
     ) -> None:
         self.spec, self.policy, self.chat = spec, policy, chat
+        self.temperature = temperature
         self.agent_cfg, self.sandbox_cfg = agent_cfg, sandbox_cfg
         self.tree_id = spec.tree_id
         self.recursive = agent_cfg.mode == "recursive"
