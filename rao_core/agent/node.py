@@ -82,7 +82,7 @@ async def run_node(
             message = args[0] if args else kwargs.get("message", "")
             finish_message.append(str(message))
             return "Finished."
-        if name == "launch_subagent":
+        if name == env.launch_tool:
             refusal = tree.reserve_child(depth, child_count)
             if refusal:
                 rec.refused_launches += 1
@@ -106,9 +106,10 @@ async def run_node(
     logprobs: list[float] = []
     recent: list[str] = []
     try:
+        launch = [env.launch_tool] if recursive else []
         sandbox = await Sandbox.start(
-            sync_tools=[*env.tools(), "finish"],
-            async_tools=["launch_subagent"] if recursive else [],
+            sync_tools=[*env.tools(), "finish", *([] if env.launch_async else launch)],
+            async_tools=launch if env.launch_async else [],
             limits=tree.sandbox_cfg,
             variables=env.repl_variables(),
         )

@@ -17,6 +17,10 @@ class LaunchError(ValueError):
 
 class Environment(ABC):
     suite: str = "base"
+    # The REPL name of the delegation primitive. Async (awaited, siblings can run concurrently) in
+    # the reference profiles; a suite for tiny models may expose a short blocking call like `sub(x)`.
+    launch_tool: str = "launch_subagent"
+    launch_async: bool = True
 
     @abstractmethod
     def goal_text(self) -> str:
