@@ -112,6 +112,7 @@ async def run_node(
             async_tools=launch if env.launch_async else [],
             limits=tree.sandbox_cfg,
             variables=env.repl_variables(),
+            echo=env.repl_echo,
         )
         rec.status = "budget"
         for turn in range(cfg.max_steps):
@@ -120,7 +121,9 @@ async def run_node(
                 rec.status = "context_overflow"
                 break
             state.turn = turn
-            req = GenerationRequest(ids, min(cfg.max_new_tokens, room), tree.fmt.stop, state, tree.temperature)
+            req = GenerationRequest(
+                ids, min(cfg.max_new_tokens, room), tree.fmt.stop, state, tree.temperature
+            )
             gen = await tree.policy.generate(req)
             new_ids = gen.token_ids if gen.token_ids is not None else chat.encode(gen.text)
             ids, mask = ids + new_ids, mask + [1] * len(new_ids)

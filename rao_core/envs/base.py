@@ -21,6 +21,7 @@ class Environment(ABC):
     # the reference profiles; a suite for tiny models may expose a short blocking call like `sub(x)`.
     launch_tool: str = "launch_subagent"
     launch_async: bool = True
+    repl_echo: bool = False  # print a cell's trailing expression (short actions for tiny models)
 
     @abstractmethod
     def goal_text(self) -> str:

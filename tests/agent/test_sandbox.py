@@ -390,3 +390,21 @@ def test_exit_code_and_signal_in_crash_message():
     finally:
         set_start_method("zygote")
     assert (r.status, r.error) == ("crashed", "REPL worker died (exit code -9, SIGKILL)")
+
+
+def test_echo_prints_trailing_expression():
+    async def main():
+        sb = await Sandbox.start(["t"], [], SandboxConfig(), echo=True)
+        try:
+
+            async def handler(name, args, kwargs):
+                return f"got {args[0]}"
+
+            out = [
+                (await sb.run_cell(code, handler, 5.0)).output for code in ("t('a')", "x = 1\nx + 1", "None")
+            ]
+        finally:
+            await sb.close()
+        return out
+
+    assert asyncio.run(main()) == ["got a\n", "2\n", ""]

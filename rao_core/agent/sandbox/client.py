@@ -289,14 +289,22 @@ class Sandbox:
         async_tools: list[str],
         limits: SandboxConfig,
         variables: dict | None = None,
+        echo: bool = False,
     ) -> Sandbox:
+        """Start a worker; with `echo` a cell's trailing expression is printed (notebook style)."""
         names = [*sync_tools, *async_tools, *(variables or {})]
         bad = [n for n in names if not n.isidentifier() or keyword.iskeyword(n) or names.count(n) > 1]
         if bad:
             raise ValueError(f"bad or duplicate names for the REPL namespace: {bad}")
         tools = {"sync_tools": list(sync_tools), "async_tools": list(async_tools)}
         init = encode(
-            {"type": "init", **tools, "limits": dataclasses.asdict(limits), "variables": variables or {}}
+            {
+                "type": "init",
+                **tools,
+                "limits": dataclasses.asdict(limits),
+                "variables": variables or {},
+                "echo": echo,
+            }
         )
         sb = cls(*await _new_worker(), tools=set(sync_tools) | set(async_tools))
         try:

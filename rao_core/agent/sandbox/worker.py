@@ -167,6 +167,7 @@ class Repl:
         asyncio.set_event_loop_policy(policy)
         self.loop.add_reader(chan.rfd, self._on_readable)  # serves replies while the loop runs
         self.limit = int(init["limits"]["max_output_chars"])
+        self.echo = bool(init.get("echo"))  # print a trailing expression's value, as notebooks do
         self.cells = 0
         self.next_id = 0
         self.futures: dict[int, asyncio.Future] = {}
@@ -248,8 +249,15 @@ class Repl:
     def run(self, source: str) -> str:
         self.cells += 1
         filename = f"<cell-{self.cells}>"
+        flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
         try:
-            code = compile(source, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+            tree = compile(source, filename, "exec", flags=flags | ast.PyCF_ONLY_AST, dont_inherit=True)
+            if self.echo and tree.body and isinstance(tree.body[-1], ast.Expr):
+                last = tree.body[-1]
+                target = ast.Name("_echo_", ast.Store())
+                tree.body[-1] = ast.copy_location(ast.Assign([target], last.value), last)
+                ast.fix_missing_locations(tree)
+            code = compile(tree, filename, "exec", flags=flags, dont_inherit=True)
         except (SyntaxError, ValueError) as e:  # nothing runs
             return format_exception(e)
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -258,9 +266,13 @@ class Repl:
         asyncio.set_event_loop(self.loop)
         tail = []
         try:
+            self.ns.pop("_echo_", None)
             result = eval(code, self.ns)
             if inspect.iscoroutine(result):
                 self.loop.run_until_complete(result)
+            value = self.ns.pop("_echo_", None)
+            if value is not None:
+                print(value if isinstance(value, str) else repr(value))
         except BaseException as e:  # SystemExit included: the cell's exception is part of its output
             tail.append(format_exception(e))
         finally:
