@@ -18,6 +18,7 @@ from rao_core.envs.textcraft import (
     simulate,
     solve,
     synthesize,
+    tree_needs,
     write_tasks,
 )
 
@@ -174,10 +175,12 @@ def test_split_by_item(toy: World, toy_tasks):
 def test_inventory_composition(toy: World):
     cfg = TaskConfig(seed=5, distractors=[2, 3], buffer_max=0.5)
     for task in make_tasks(toy, cfg):
-        needs = base_needs(toy, {task.target: task.count})
+        shared = base_needs(toy, {task.target: task.count})
+        needs = tree_needs(toy, {task.target: task.count})
+        assert set(needs) == set(shared)
         assert all(toy.is_base(n) for n in task.inventory)
         for name, n in needs.items():
-            assert n <= task.inventory[name] <= n + -(-n // 2)
+            assert shared[name] <= n <= task.inventory[name] <= n + -(-n // 2)
         distractors = set(task.inventory) - set(needs)
         assert 2 <= len(distractors) <= 3
 

@@ -1,7 +1,7 @@
 """TextCraft-Synth: a seeded crafting world, its tasks, a gold solver, and the environment."""
 
 from rao_core.envs.textcraft.env import Inventory, TextCraftEnv, check_targets, env_from_task
-from rao_core.envs.textcraft.solver import base_needs, simulate, solve
+from rao_core.envs.textcraft.solver import base_needs, simulate, solve, tree_needs
 from rao_core.envs.textcraft.tasks import (
     Task,
     load_tasks,
@@ -21,6 +21,7 @@ __all__ = [
     "TextCraftEnv",
     "World",
     "base_needs",
+    "tree_needs",
     "check_targets",
     "env_from_task",
     "generate_world",

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 
 from rao_core.agent.parsing import get_format
 from rao_core.agent.policy import Generation, GenerationRequest, NodeState, Policy
 from rao_core.envs.textcraft.env import TextCraftEnv
 from rao_core.envs.textcraft.solver import solve
 from rao_core.envs.textcraft.world import World
+
+_CRAFTED = re.compile(r"^Crafted (\d+) (\S+?)\.", re.M)
 
 
 def _craft_call(world: World, item: str, crafts: int, wrong: bool = False) -> str:
@@ -57,14 +60,16 @@ class TextCraftExpert(Policy):
     def _mistake(self, node: NodeState) -> bool:
         return self.error_rate > 0 and node.rng.random() < self.error_rate
 
-    def _remaining(self, env: TextCraftEnv) -> dict[str, int]:
-        """Target copies still to craft (crafted since the node started counts, owned does not)."""
-        out = {}
-        for item, need in env.targets().items():
-            done = env.inventory.get(item) - env.start_counts.get(item, 0)
-            if done < need:
-                out[item] = need - done
-        return out
+    def _remaining(self, node: NodeState) -> dict[str, int]:
+        """Target copies still to craft, counted from this node's own successful craft calls.
+
+        Not from the inventory: siblings share it, so a copy a sibling made is not ours to count.
+        """
+        made = node.memory.setdefault("made", {})
+        for count, item in _CRAFTED.findall(node.last_observation):
+            made[item] = made.get(item, 0) + int(count)
+        targets = node.env.targets().items()
+        return {item: need - made.get(item, 0) for item, need in targets if made.get(item, 0) < need}
 
     def _shortfall(self, env: TextCraftEnv, remaining: dict[str, int]) -> dict[str, int]:
         """Ingredients missing for one batch of crafts of every remaining target."""
@@ -79,7 +84,7 @@ class TextCraftExpert(Policy):
     def next_cell(self, node: NodeState) -> tuple[str, str]:
         env: TextCraftEnv = node.env  # type: ignore[assignment]
         mem = node.memory
-        remaining = self._remaining(env)
+        remaining = self._remaining(node)
         if self.inspect and not mem.get("inspected"):
             mem["inspected"] = True
             names = list(env.targets())

@@ -7,6 +7,8 @@ way lets result-count surplus of one craft serve several consumers.
 
 from __future__ import annotations
 
+import functools
+
 from rao_core.envs.textcraft.world import World
 
 Plan = list[tuple[str, int]]
@@ -46,6 +48,32 @@ def _crafts(
 def base_needs(world: World, targets: dict[str, int]) -> dict[str, int]:
     """Base materials needed to craft `targets` from an empty inventory."""
     return _crafts(world, {}, targets)[1]
+
+
+def tree_needs(world: World, targets: dict[str, int]) -> dict[str, int]:
+    """Base materials needed when every ingredient branch is crafted on its own.
+
+    Sub-agents crafting sibling ingredients at the same time cannot share the surplus of one
+    craft's result count, so a task's inventory is sized for this (never less than base_needs).
+    """
+
+    @functools.cache
+    def needs(item: str, n: int) -> tuple[tuple[str, int], ...]:
+        recipe = world.items[item].recipe
+        if recipe is None:
+            return ((item, n),)
+        crafts = -(-n // recipe.output)
+        total: dict[str, int] = {}
+        for ing, amount in recipe.ingredients.items():
+            for base, k in needs(ing, amount * crafts):
+                total[base] = total.get(base, 0) + k
+        return tuple(total.items())
+
+    out: dict[str, int] = {}
+    for item, n in targets.items():
+        for base, k in needs(item, n):
+            out[base] = out.get(base, 0) + k
+    return out
 
 
 def solve(world: World, inventory: dict[str, int], targets: dict[str, int]) -> Plan | None:

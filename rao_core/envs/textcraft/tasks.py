@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rao_core.config import DIFFICULTIES, TaskConfig, WorldConfig
-from rao_core.envs.textcraft.solver import base_needs, simulate, solve
+from rao_core.envs.textcraft.solver import simulate, solve, tree_needs
 from rao_core.envs.textcraft.world import World, generate_world
 
 COLUMNS = ("task_id", "target", "count", "difficulty", "depth", "split", "inventory", "gold_plan")
@@ -71,8 +71,9 @@ def split_items(world: World, cfg: TaskConfig) -> dict[str, str]:
 
 
 def make_inventory(world: World, target: str, count: int, cfg: TaskConfig, rng: random.Random) -> dict:
-    """Exact base needs, each plus ceil(need * U(0, buffer_max)), plus unneeded distractor bases."""
-    needs = base_needs(world, {target: count})
+    """Base needs (sized for independent sub-agents, see tree_needs), each plus ceil(need * U(0,
+    buffer_max)), plus unneeded distractor bases."""
+    needs = tree_needs(world, {target: count})
     inv = {name: n + math.ceil(n * rng.uniform(0, cfg.buffer_max)) for name, n in sorted(needs.items())}
     others = [name for name in world.base_items() if name not in needs]
     k = min(len(others), rng.randint(cfg.distractors[0], cfg.distractors[1]))

@@ -1,0 +1,162 @@
+"""The rollout stage end to end on a toy world: trees to Parquet, read back with DuckDB."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+from rao_core.cli import main
+from rao_core.rollout import load_round, rollout_dir, rollout_round, summarize
+from rao_core.store.parquet import clean_temporaries, is_complete, write_partition
+from rao_core.store.schema import NODE_SCHEMA
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_recursive_rollout_writes_consistent_trees(toy):
+    cfg = toy(
+        "rollout.num_tasks=3", "rollout.group_size=2", "policy.error_rate=0", "rollout.difficulty=easy,medium"
+    )
+    path = rollout_round(cfg)
+    assert is_complete(path)
+    table = pq.read_table(path / "nodes.parquet")
+    assert table.schema.equals(NODE_SCHEMA, check_metadata=False)
+    rows = table.to_pylist()
+    ids = {r["node_id"]: r for r in rows}
+    roots = [r for r in rows if r["parent_id"] is None]
+    assert len(roots) == 6 and len(ids) == len(rows)
+    for r in rows:
+        if r["parent_id"] is not None:
+            parent = ids[r["parent_id"]]
+            assert r["depth"] == parent["depth"] + 1 and r["tree_id"] == parent["tree_id"]
+        assert len(r["token_ids"]) == len(r["action_mask"]) == r["prompt_tokens"] + r["action_tokens"]
+        assert r["logprobs"] == [] and r["status"] == "finished"
+    assert all(r["success"] == 1.0 for r in roots)  # error-free expert, solvable tasks
+    assert any(r["depth"] > 0 for r in rows)  # it delegated
+    s = summarize(load_round(cfg, 0))
+    assert s["trees"] == 6 and s["root_success"] == 1.0 and s["max_depth"] >= 1
+
+
+def test_duckdb_reads_the_partition_directly(toy):
+    cfg = toy()
+    path = rollout_round(cfg)
+    con = duckdb.connect()
+    rows = con.execute(
+        "SELECT depth, count(*), avg(success) FROM read_parquet($p) GROUP BY depth ORDER BY depth",
+        {"p": str(path / "nodes.parquet")},
+    ).fetchall()
+    assert rows[0][0] == 0 and rows[0][1] == 4  # 2 tasks x G=2 roots
+
+
+def test_single_agent_mode_is_flat(toy):
+    cfg = toy("agent.mode=single", "policy.error_rate=0")
+    rollout_round(cfg)
+    rows = load_round(cfg, 0).to_pylist()
+    assert {r["depth"] for r in rows} == {0} and all(r["success"] == 1.0 for r in rows)
+    assert all("launch_subagent" not in r["transcript"] for r in rows)
+    assert all(r["mode"] == "single" for r in rows)
+
+
+def test_expert_error_rate_makes_imperfect_trees(toy):
+    cfg = toy("rollout.num_tasks=6", "rollout.group_size=3", "policy.error_rate=0.5")
+    rollout_round(cfg)
+    rows = load_round(cfg, 0).to_pylist()
+    assert any(r["success"] == 0.0 for r in rows)
+    assert any("Error:" in r["transcript"] for r in rows)  # mistakes hit the tools' error strings
+
+
+def test_second_rollout_of_a_round_is_a_no_op(toy):
+    cfg = toy()
+    path = rollout_round(cfg)
+    stamp = (path / "nodes.parquet").stat().st_mtime_ns
+    assert rollout_round(cfg) == path
+    assert (path / "nodes.parquet").stat().st_mtime_ns == stamp
+
+
+def test_interrupted_write_leaves_nothing_visible(tmp_path, monkeypatch):
+    import rao_core.store.parquet as parquet
+
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(parquet.pq, "write_table", boom)
+    dest = tmp_path / "rollouts" / "round=0"
+    with pytest.raises(OSError):
+        write_partition({"nodes": NODE_SCHEMA.empty_table()}, dest)
+    assert not dest.exists() and list((tmp_path / "rollouts").iterdir()) == []
+
+
+def test_killed_rollout_never_shows_a_partial_partition(tmp_path):
+    """SIGKILL a real `rao rollout` mid-run: either no partition or a complete one, then resume."""
+    args = [
+        sys.executable, "-m", "rao_core.cli", "rollout", "--no-progress",
+        "--set", f"runs_dir={tmp_path}",
+        "--set", "world.domains=2", "--set", "world.max_tier=6", "--set", "world.items_per_tier=6",
+        "--set", "world.cross_domain_items=0", "--set", "rollout.num_tasks=4", "--set", "rollout.group_size=2",
+        "--set", "policy.latency_s=0.05",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    data = tmp_path / "default" / "data" / "textcraft" / "val.parquet"
+    deadline = time.time() + 120
+    while not data.exists() and time.time() < deadline:  # wait until the trees are running
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    rollouts = tmp_path / "default" / "rollouts"
+    visible = list(rollouts.glob("round=*")) if rollouts.exists() else []
+    assert all(is_complete(p) for p in visible)
+    clean_temporaries(rollouts)
+    done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    table = pq.read_table(rollouts / "round=0" / "nodes.parquet")
+    assert table.num_rows > 0 and len(set(table.column("node_id").to_pylist())) == table.num_rows
+    # no orphaned sandbox workers of the killed run: they die with their orchestrator
+    time.sleep(0.5)
+    assert not [p for p in _python_children_of(proc.pid)]
+
+
+def _python_children_of(pid: int) -> list[int]:
+    out = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            text = status.read_text()
+        except OSError:
+            continue
+        if f"PPid:\t{pid}\n" in text:
+            out.append(int(status.parent.name))
+    return out
+
+
+def test_cli_rollout_and_bad_config(toy, capsys, tmp_path):
+    cfg = toy()
+    code = main(["rollout", "--no-progress", "--set", f"runs_dir={tmp_path}", "--set", "world.domains=2",
+                 "--set", "world.max_tier=6", "--set", "world.items_per_tier=6",
+                 "--set", "world.cross_domain_items=0", "--set", "rollout.num_tasks=1"])  # fmt: skip
+    assert code == 0 and "root_success" in capsys.readouterr().out
+    assert is_complete(rollout_dir(cfg, 0))
+    code = main(["rollout", "--set", "agent.max_steps=zero"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == "config error: agent.max_steps: expected int, got 'zero'"
+    code = main(["rollout", "--set", "rollout.difficulty=extreme", "--set", f"runs_dir={tmp_path}",
+                 "--set", "world.domains=2", "--set", "world.max_tier=6", "--set", "world.items_per_tier=6",
+                 "--set", "world.cross_domain_items=0", "--set", "run_name=other"])  # fmt: skip
+    assert code == 2 and "no train tasks of difficulty 'extreme'" in capsys.readouterr().err
+
+
+def test_targets_are_json_text(toy):
+    cfg = toy()
+    rollout_round(cfg)
+    for r in load_round(cfg, 0).to_pylist():
+        targets = json.loads(r["targets"])
+        assert all(isinstance(v, int) and v > 0 for v in targets.values())
