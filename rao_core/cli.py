@@ -61,6 +61,18 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_score(args: argparse.Namespace) -> int:
+    import json
+
+    from rao_core.scoring import score_round, scores_summary
+
+    cfg = load_config(args.config, args.overrides)
+    path = score_round(cfg.run_dir, cfg.rollout.round, cfg.scoring)
+    print(f"scores -> {path}")
+    print(json.dumps(scores_summary(cfg.run_dir, cfg.rollout.round), indent=2, default=str))
+    return 0
+
+
 def cmd_synth(args: argparse.Namespace) -> int:
     from rao_core.rollout import ensure_data
 
@@ -90,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     _config_args(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_rollout)
+
+    p = sub.add_parser("score", help="score a rolled-out round in SQL (rewards, baselines, advantages)")
+    _config_args(p)
+    p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("synth", help="synthesize the world and task files of a run")
     _config_args(p)
