@@ -32,7 +32,7 @@ from rao_core.envs.textcraft import (
 )
 from rao_core.envs.textcraft.expert import TextCraftExpert
 from rao_core.models.tokenizer import tiny_tokenizer
-from rao_core.rollout import ensure_data, load_round, rollout_round, summarize
+from rao_core.rollout import load_round, rollout_round, summarize
 
 
 def bench_world(longest: int = 34) -> tuple[World, str, list[int]]:
@@ -91,7 +91,6 @@ def main() -> None:
         cfg = RunConfig(runs_dir=tmp, run_name="bench")
         cfg.rollout.difficulty, cfg.rollout.num_tasks, cfg.rollout.group_size = "medium", args.trees // 2, 2
         cfg.policy.error_rate = 0.0
-        ensure_data(cfg)
         start = time.perf_counter()
         rollout_round(cfg)
         wall = time.perf_counter() - start

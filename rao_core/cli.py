@@ -74,10 +74,10 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
-    from rao_core.rollout import ensure_data
+    from rao_core.envs.suites import open_suite
 
     cfg = load_config(args.config, args.overrides)
-    print(ensure_data(cfg))
+    print(open_suite(cfg).dir)
     return 0
 
 

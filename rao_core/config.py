@@ -122,6 +122,24 @@ class ScoringConfig:
 
 
 @dataclass
+class EvalConfig:
+    """Held-out evaluation after each round (greedy by default, one tree per task)."""
+
+    num_tasks: int = opt(16, "validation tasks per difficulty")
+    difficulty: str = opt("easy,medium", "difficulties evaluated (comma list)")
+    temperature: float = opt(0.0, "sampling temperature of evaluation (0 = greedy)")
+
+
+@dataclass
+class TrackingConfig:
+    """MLflow. The default is SQLite in runs_dir with a local artifact folder."""
+
+    enabled: bool = opt(True, "log to MLflow")
+    uri: str = opt("", "tracking URI; empty means sqlite:///<runs_dir>/mlflow.db")
+    experiment: str = opt("rao", "MLflow experiment name")
+
+
+@dataclass
 class RunConfig:
     run_name: str = opt("default", "folder name under runs_dir")
     runs_dir: str = opt("runs", "root folder of all runs")
@@ -133,6 +151,8 @@ class RunConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     @property
     def run_dir(self) -> Path:
@@ -168,6 +188,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     need(cfg.rollout.num_tasks >= 1, "rollout.num_tasks", "must be >= 1")
     need(cfg.rollout.group_size >= 1, "rollout.group_size", "must be >= 1")
     need(cfg.scoring.lam >= 0.0, "scoring.lam", "must be >= 0")
+    for diff in cfg.eval.difficulty.split(","):
+        need(diff.strip() in DIFFICULTIES, "eval.difficulty", f"unknown difficulty {diff!r}")
+    need(cfg.eval.num_tasks >= 1, "eval.num_tasks", "must be >= 1")
     need("/" not in cfg.run_name and cfg.run_name not in ("", ".", ".."), "run_name", "must be a plain name")
     return cfg
 

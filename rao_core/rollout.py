@@ -7,7 +7,6 @@ event loop -> rows (one per node) -> runs/<run>/rollouts/round=N/nodes.parquet
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -20,36 +19,24 @@ from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.sandbox import shutdown_sandboxes
 from rao_core.agent.tree import TreeRun, TreeSpec
 from rao_core.config import RunConfig, save_config
-from rao_core.envs.textcraft import World, env_from_task, load_tasks, select_tasks, synthesize
-from rao_core.envs.textcraft.expert import TextCraftExpert
+from rao_core.envs.suites import open_suite
+from rao_core.envs.textcraft.tasks import select_tasks
 from rao_core.models.tokenizer import load_tokenizer
 from rao_core.store.parquet import clean_temporaries, is_complete, read_partition, write_partition
 from rao_core.store.schema import NODE_SCHEMA
-
-
-def data_dir(cfg: RunConfig) -> Path:
-    return cfg.run_dir / "data" / cfg.suite
-
-
-def ensure_data(cfg: RunConfig) -> Path:
-    """Synthesize the world and task files once per run; later stages only read them."""
-    out = data_dir(cfg)
-    if not all((out / f).is_file() for f in ("world.json", "train.parquet", "val.parquet")):
-        out.mkdir(parents=True, exist_ok=True)
-        synthesize(cfg.world, cfg.tasks, out)
-    return out
 
 
 def rollout_dir(cfg: RunConfig, round_: int) -> Path:
     return cfg.run_dir / "rollouts" / f"round={round_}"
 
 
-def make_policy(cfg: RunConfig, world: World) -> Policy:
+def make_policy(cfg: RunConfig, suite, model_path: Path | None = None) -> Policy:
+    """The suite's scripted expert, or a model engine loading `model_path` (default policy.model)."""
     if cfg.policy.kind == "scripted":
-        return TextCraftExpert(
-            world, cfg.policy.error_rate, cfg.policy.latency_s, reply_format=cfg.agent.reply_format
-        )
-    raise ValueError(f"policy.kind: unknown policy {cfg.policy.kind!r}")
+        return suite.expert(cfg)
+    from rao_core.engines import build_engine
+
+    return build_engine(cfg.policy, load_tokenizer(cfg.policy.tokenizer), model_path)
 
 
 async def run_trees(
@@ -57,6 +44,7 @@ async def run_trees(
     policy: Policy,
     chat: ChatFraming,
     cfg: RunConfig,
+    temperature: float,
     on_tree_done: Callable[[TreeRun], None] | None = None,
 ) -> list[TreeRun]:
     """Run every tree on this event loop, at most `max_concurrent_trees` at a time."""
@@ -64,7 +52,7 @@ async def run_trees(
 
     async def one(spec: TreeSpec) -> TreeRun:
         async with gate:
-            run = TreeRun(spec, policy, chat, cfg.agent, cfg.sandbox, cfg.policy.temperature)
+            run = TreeRun(spec, policy, chat, cfg.agent, cfg.sandbox, temperature)
             await run.run()
         if on_tree_done:
             on_tree_done(run)
@@ -117,47 +105,64 @@ def tree_rows(run: TreeRun, cfg: RunConfig, split: str) -> list[dict]:
     return rows
 
 
-def rollout_round(cfg: RunConfig, progress: bool = False) -> Path:
-    """Roll out one round; a round whose partition is already complete is not run again."""
-    dest = rollout_dir(cfg, cfg.rollout.round)
+def rollout_round(cfg: RunConfig, progress: bool = False, model_path: Path | None = None) -> Path:
+    """Roll out one training round; a round whose partition is already complete is not run again."""
+    r = cfg.rollout
+    return run_rollout(
+        cfg, rollout_dir(cfg, r.round), r.split, r.difficulty, r.num_tasks, r.group_size,
+        cfg.policy.temperature, progress, model_path,
+    )  # fmt: skip
+
+
+def run_rollout(
+    cfg: RunConfig,
+    dest: Path,
+    split: str,
+    difficulty: str,
+    num_tasks: int,
+    group_size: int,
+    temperature: float,
+    progress: bool = False,
+    model_path: Path | None = None,
+    per_difficulty: bool = False,
+) -> Path:
+    """G trees for each of N tasks of a split (N per difficulty with `per_difficulty`), written as
+    the partition `dest` (idempotent)."""
     if is_complete(dest):
         return dest
     clean_temporaries(dest.parent)
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, cfg.run_dir / "config.yaml")
-    ddir = ensure_data(cfg)
-    world = World.from_json((ddir / "world.json").read_text())
-    split = cfg.rollout.split
-    tasks = select_tasks(
-        load_tasks(ddir / f"{split}.parquet"),
-        split,
-        [d.strip() for d in cfg.rollout.difficulty.split(",")],
-        cfg.rollout.num_tasks,
-        seed=cfg.tasks.seed + cfg.rollout.round,
-    )
+    suite = open_suite(cfg)
+    difficulties = [d.strip() for d in difficulty.split(",")]
+    seed = cfg.tasks.seed + cfg.rollout.round
+    pool = suite.tasks(split)
+    groups = [[d] for d in difficulties] if per_difficulty else [difficulties]
+    tasks = [t for g in groups for t in select_tasks(pool, split, g, num_tasks, seed=seed)]
     if not tasks:
-        raise ValueError(
-            f"rollout.difficulty: no {split} tasks of difficulty {cfg.rollout.difficulty!r} in this world"
-        )
+        raise ValueError(f"rollout.difficulty: no {split} tasks of difficulty {difficulty!r} in this world")
     specs = [
-        TreeSpec(t.task_id, g, env_from_task(world, t), t.difficulty, seed=cfg.rollout.round)
+        TreeSpec(t.task_id, g, suite.env(t), t.difficulty, seed=cfg.rollout.round)
         for t in tasks
-        for g in range(cfg.rollout.group_size)
+        for g in range(group_size)
     ]
-    policy = make_policy(cfg, world)
+    policy = make_policy(cfg, suite, model_path)
     chat = ChatFraming(load_tokenizer(cfg.policy.tokenizer))
 
     async def main(on_tree_done: Callable[[TreeRun], None] | None) -> list[TreeRun]:
         try:
-            return await run_trees(specs, policy, chat, cfg, on_tree_done)
+            return await run_trees(specs, policy, chat, cfg, temperature, on_tree_done)
         finally:
+            await policy.close()
             await shutdown_sandboxes()  # leave no worker behind, whatever happened
 
     start = time.time()
     if progress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-        with Progress("[bold]rollout", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
+        with Progress(
+            f"[bold]{dest.parent.name}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+        ) as bar:
             task = bar.add_task("trees", total=len(specs))
             runs = asyncio.run(main(lambda _: bar.advance(task)))
     else:
@@ -194,7 +199,3 @@ def summarize(table: pa.Table) -> dict:
 
 def load_round(cfg: RunConfig, round_: int) -> pa.Table:
     return read_partition(rollout_dir(cfg, round_), "nodes")
-
-
-def describe(summary: dict) -> str:
-    return json.dumps(summary, indent=2, default=str)

@@ -1,0 +1,64 @@
+"""Task suites behind one door: synthesize a run's data once, then load tasks, environments and
+the suite's scripted expert from the run's data folder. The rollout and evaluation stages only
+talk to this."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rao_core.agent.policy import Policy
+from rao_core.config import RunConfig
+from rao_core.envs.base import Environment
+
+
+class TextCraftData:
+    """TextCraft-Synth, reference profile: one world per run, the paper's tools."""
+
+    files = ("world.json", "train.parquet", "val.parquet")
+
+    @staticmethod
+    def synthesize(cfg: RunConfig, out: Path) -> None:
+        from rao_core.envs.textcraft import synthesize
+
+        synthesize(cfg.world, cfg.tasks, out)
+
+    def __init__(self, data_dir: Path) -> None:
+        from rao_core.envs.textcraft import World
+
+        self.dir = data_dir
+        self.world = World.from_json((data_dir / "world.json").read_text())
+
+    def tasks(self, split: str) -> list[Any]:
+        from rao_core.envs.textcraft import load_tasks
+
+        return load_tasks(self.dir / f"{split}.parquet")
+
+    def env(self, task: Any) -> Environment:
+        from rao_core.envs.textcraft import env_from_task
+
+        return env_from_task(self.world, task)
+
+    def expert(self, cfg: RunConfig) -> Policy:
+        from rao_core.envs.textcraft.expert import TextCraftExpert
+
+        return TextCraftExpert(
+            self.world, cfg.policy.error_rate, cfg.policy.latency_s, reply_format=cfg.agent.reply_format
+        )
+
+
+SUITES: dict[str, type] = {"textcraft": TextCraftData}
+
+
+def data_dir(cfg: RunConfig) -> Path:
+    return cfg.run_dir / "data" / cfg.suite
+
+
+def open_suite(cfg: RunConfig):
+    """Synthesize the run's data if it is missing (atomically per file), then open it."""
+    suite = SUITES[cfg.suite]
+    out = data_dir(cfg)
+    if not all((out / f).is_file() for f in suite.files):
+        out.mkdir(parents=True, exist_ok=True)
+        suite.synthesize(cfg, out)
+    return suite(out)

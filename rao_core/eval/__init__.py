@@ -1,0 +1,1 @@
+"""Evaluation: held-out rollouts, metrics, reports."""

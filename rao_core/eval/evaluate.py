@@ -1,0 +1,43 @@
+"""The evaluation stage: the round's policy on held-out tasks, written like a rollout partition.
+
+eval/round=N/nodes.parquet + summary.json     (policy version N, split val, one tree per task)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from rao_core.config import RunConfig
+from rao_core.eval.metrics import tree_metrics
+from rao_core.rollout import run_rollout
+from rao_core.store.parquet import read_partition
+
+
+def eval_dir(cfg: RunConfig, round_: int) -> Path:
+    return cfg.run_dir / "eval" / f"round={round_}"
+
+
+def evaluate_round(
+    cfg: RunConfig, round_: int, model_path: Path | None = None, progress: bool = False
+) -> dict:
+    """Evaluate policy version `round_` (idempotent: a complete partition is only re-summarised)."""
+    dest = eval_dir(cfg, round_)
+    run_rollout(
+        cfg, dest, "val", cfg.eval.difficulty, cfg.eval.num_tasks, 1, cfg.eval.temperature, progress,
+        model_path, per_difficulty=True,
+    )  # fmt: skip
+    return summarize_eval(dest)
+
+
+def summarize_eval(dest: Path) -> dict[str, Any]:
+    summary_path = dest / "summary.json"
+    if summary_path.is_file():
+        return json.loads(summary_path.read_text())
+    metrics = tree_metrics(read_partition(dest, "nodes").to_pylist())
+    tmp = summary_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(metrics, indent=1, default=str))
+    os.replace(tmp, summary_path)
+    return metrics

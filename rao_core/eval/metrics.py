@@ -1,0 +1,72 @@
+"""Metrics of a set of trees, from the node table: plain Python over rows, so they are easy to
+check by hand (tests/eval compares them with hand-computed cases)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+
+def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a success rate (sensible at 0% and 100% with few trees)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def tree_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Success (root s), nodes, depth, turns, tokens and wall-clock per tree, by difficulty and overall."""
+    trees: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        trees[r["tree_id"]].append(r)
+    per_tree = []
+    for nodes in trees.values():
+        root = next(n for n in nodes if n["parent_id"] is None)
+        per_tree.append(
+            {
+                "difficulty": root["difficulty"],
+                "success": root["success"],
+                "nodes": len(nodes),
+                "max_depth": max(n["depth"] for n in nodes),
+                "turns": sum(n["turns"] for n in nodes),
+                "tokens": sum(n["prompt_tokens"] + n["action_tokens"] for n in nodes),
+                "seconds": max(n["ended_at"] for n in nodes) - min(n["started_at"] for n in nodes),
+                "delegated": root["children"] > 0,
+            }
+        )
+    out: dict[str, Any] = {"all": _summary(per_tree)}
+    for diff in sorted({t["difficulty"] for t in per_tree}):
+        out[diff] = _summary([t for t in per_tree if t["difficulty"] == diff])
+    by_depth: dict[int, list[float]] = defaultdict(list)
+    for r in rows:
+        by_depth[r["depth"]].append(r["success"])
+    out["success_by_depth"] = {str(d): sum(v) / len(v) for d, v in sorted(by_depth.items())}  # JSON keys
+    out["delegation_rate"] = sum(r["children"] > 0 for r in rows) / max(1, len(rows))
+    return out
+
+
+def _summary(trees: list[dict]) -> dict[str, float]:
+    n = len(trees)
+    if n == 0:
+        return {"trees": 0}
+    wins = sum(t["success"] for t in trees)
+    lo, hi = wilson_interval(wins, n)
+    mean = lambda key: sum(t[key] for t in trees) / n  # noqa: E731
+    return {
+        "trees": n,
+        "success": wins / n,
+        "success_ci_low": lo,
+        "success_ci_high": hi,
+        "nodes_per_tree": mean("nodes"),
+        "mean_max_depth": mean("max_depth"),
+        "max_depth": max(t["max_depth"] for t in trees),
+        "turns_per_tree": mean("turns"),
+        "tokens_per_tree": mean("tokens"),
+        "seconds_per_tree": mean("seconds"),
+        "root_delegation_rate": mean("delegated"),
+    }

@@ -1,0 +1,131 @@
+"""MLflow tracking: one parent run per training campaign, one nested run per round.
+
+Uses MlflowClient with explicit run ids (no fluent "active run" state), so stages may log from any
+thread or process, and a resumed campaign continues the same runs: their ids are kept in
+`runs/<run>/tracking.json`. The default backend is SQLite with a local artifact folder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from rao_core.config import RunConfig, to_dict
+
+
+def tracking_uri(cfg: RunConfig) -> str:
+    if cfg.tracking.uri:
+        return cfg.tracking.uri
+    return f"sqlite:///{(Path(cfg.runs_dir) / 'mlflow.db').resolve()}"
+
+
+def _client(cfg: RunConfig):
+    os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri(cfg))
+
+
+def _experiment_id(client, cfg: RunConfig) -> str:
+    exp = client.get_experiment_by_name(cfg.tracking.experiment)
+    if exp is not None:
+        return exp.experiment_id
+    artifacts = (Path(cfg.runs_dir) / "mlartifacts").resolve()
+    return client.create_experiment(cfg.tracking.experiment, artifact_location=artifacts.as_uri())
+
+
+def _ids_path(cfg: RunConfig) -> Path:
+    return cfg.run_dir / "tracking.json"
+
+
+def _load_ids(cfg: RunConfig) -> dict:
+    path = _ids_path(cfg)
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _save_ids(cfg: RunConfig, ids: dict) -> None:
+    path = _ids_path(cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(ids, indent=1))
+    os.replace(tmp, path)
+
+
+def metric_name(key: str) -> str:
+    """MLflow accepts only alphanumerics and `_ - . : /` and spaces in metric names."""
+    return re.sub(r"[^0-9A-Za-z_\-.:/ ]", "_", key)
+
+
+def flatten(metrics: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    """{'success': {'easy': 0.9}} -> {'success/easy': 0.9}; drops non-numbers and NaN."""
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{name}/"))
+        elif isinstance(value, bool | int | float) and not (isinstance(value, float) and math.isnan(value)):
+            out[metric_name(name)] = float(value)
+    return out
+
+
+def campaign_run_id(cfg: RunConfig) -> str | None:
+    """The campaign's parent run, created on first use and reused when the campaign resumes."""
+    if not cfg.tracking.enabled:
+        return None
+    client = _client(cfg)
+    ids = _load_ids(cfg)
+    if "campaign" not in ids:
+        run = client.create_run(_experiment_id(client, cfg), run_name=cfg.run_name, tags={"rao.run": cfg.run_name})
+        ids["campaign"] = run.info.run_id
+        _save_ids(cfg, ids)
+        params = flatten({k: v for k, v in to_dict(cfg).items() if isinstance(v, dict)})
+        for key, value in list(params.items())[:500]:
+            client.log_param(run.info.run_id, key, value)
+    return ids["campaign"]
+
+
+def round_run_id(cfg: RunConfig, round_: int) -> str | None:
+    """The nested run of one round (parent: the campaign run)."""
+    parent = campaign_run_id(cfg)
+    if parent is None:
+        return None
+    ids = _load_ids(cfg)
+    key = f"round-{round_}"
+    if key not in ids:
+        client = _client(cfg)
+        run = client.create_run(
+            _experiment_id(client, cfg),
+            run_name=f"{cfg.run_name}-round-{round_}",
+            tags={"mlflow.parentRunId": parent, "rao.run": cfg.run_name, "rao.round": str(round_)},
+        )
+        ids[key] = run.info.run_id
+        _save_ids(cfg, ids)
+    return ids[key]
+
+
+def log_metrics(cfg: RunConfig, run_id: str | None, metrics: dict[str, Any], step: int) -> None:
+    if run_id is None:
+        return
+    client = _client(cfg)
+    for key, value in flatten(metrics).items():
+        client.log_metric(run_id, key, value, step=step)
+
+
+def log_artifacts(cfg: RunConfig, run_id: str | None, path: str | Path, artifact_path: str | None = None) -> None:
+    if run_id is None:
+        return
+    path = Path(path)
+    client = _client(cfg)
+    if path.is_dir():
+        client.log_artifacts(run_id, str(path), artifact_path)
+    elif path.is_file():
+        client.log_artifact(run_id, str(path), artifact_path)
+
+
+def finish_run(cfg: RunConfig, run_id: str | None, status: str = "FINISHED") -> None:
+    if run_id is not None:
+        _client(cfg).set_terminated(run_id, status=status)

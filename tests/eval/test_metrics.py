@@ -1,0 +1,51 @@
+"""Metrics against hand-computed cases."""
+
+import pytest
+
+from rao_core.eval.evaluate import evaluate_round
+from rao_core.eval.metrics import tree_metrics, wilson_interval
+
+
+def node(tree, path, parent, depth, success, difficulty="easy", children=0, start=0.0, end=1.0, turns=2):
+    return {
+        "tree_id": tree, "node_id": f"{tree}:{path}", "parent_id": parent, "depth": depth, "success": success,
+        "difficulty": difficulty, "children": children, "started_at": start, "ended_at": end, "turns": turns,
+        "prompt_tokens": 10, "action_tokens": 5,
+    }  # fmt: skip
+
+
+def test_tree_metrics_by_hand():
+    rows = [
+        node("a", "0", None, 0, 1.0, children=2, end=4.0),
+        node("a", "0.1", "a:0", 1, 1.0, start=1.0, end=2.0),
+        node("a", "0.2", "a:0", 1, 0.0, start=1.0, end=3.0),
+        node("b", "0", None, 0, 0.0, difficulty="medium"),
+        node("c", "0", None, 0, 1.0, difficulty="medium", children=1),
+        node("c", "0.1", "c:0", 1, 1.0),
+    ]
+    m = tree_metrics(rows)
+    assert m["all"]["trees"] == 3 and m["all"]["success"] == pytest.approx(2 / 3)
+    assert (
+        m["easy"]["nodes_per_tree"] == 3
+        and m["easy"]["max_depth"] == 1
+        and m["easy"]["seconds_per_tree"] == 4.0
+    )
+    assert m["medium"]["success"] == 0.5 and m["medium"]["nodes_per_tree"] == 1.5
+    assert m["medium"]["mean_max_depth"] == 0.5 and m["medium"]["root_delegation_rate"] == 0.5
+    assert m["all"]["tokens_per_tree"] == 30.0 and m["all"]["turns_per_tree"] == 4.0
+    assert m["success_by_depth"] == {"0": pytest.approx(2 / 3), "1": pytest.approx(2 / 3)}
+    assert m["delegation_rate"] == pytest.approx(2 / 6)
+
+
+def test_wilson_interval():
+    lo, hi = wilson_interval(8, 10)
+    assert lo == pytest.approx(0.4902, abs=1e-3) and hi == pytest.approx(0.9433, abs=1e-3)
+    assert wilson_interval(0, 10)[0] == 0.0 and wilson_interval(10, 10)[1] == 1.0
+
+
+def test_evaluate_round_writes_partition_and_summary(toy):
+    cfg = toy("eval.num_tasks=2", "eval.difficulty=easy,medium", "policy.error_rate=0")
+    m = evaluate_round(cfg, 0)
+    assert m["easy"]["trees"] == 2 and m["medium"]["trees"] == 2
+    assert (cfg.run_dir / "eval" / "round=0" / "summary.json").is_file()
+    assert evaluate_round(cfg, 0) == m  # idempotent
