@@ -9,8 +9,10 @@ rao config  [--config ...] [--set ...]                           print the resol
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+from pathlib import Path
 
 from rao_core.config import ConfigError, load_config, to_dict
 
@@ -50,6 +52,90 @@ def _print_summary(summary: dict, path: str) -> None:
         table.add_row(f"success at depth {depth}", f"{s:.3f}")
     table.add_row("statuses", ", ".join(f"{k} {v}" for k, v in sorted(summary["statuses"].items())))
     Console().print(table)
+
+
+def _prefect_env() -> None:
+    """Project-local Prefect home, no analytics, and time for the ephemeral server to start."""
+    os.environ.setdefault("PREFECT_HOME", str(Path.cwd() / ".prefect"))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def _print_campaign(cfg) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from rao_core import campaign
+
+    summary = campaign.campaign_summary(cfg)
+    difficulties = sorted({d for v in summary.values() for d in v if d != "all"})
+    table = Table(title=f"held-out success: {cfg.run_dir}")
+    for col in ("policy", *difficulties, "all"):
+        table.add_column(col, justify="right")
+    for version, row in summary.items():
+        table.add_row(version, *(f"{row.get(d, float('nan')):.3f}" for d in (*difficulties, "all")))
+    Console().print(table)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    _prefect_env()
+    cfg = load_config(args.config, args.overrides)  # fail on bad input before Prefect starts
+    from flows.training import train_flow
+
+    train_flow(config=args.config, overrides=args.overrides)
+    _print_campaign(cfg)
+    return 0
+
+
+def cmd_round(args: argparse.Namespace) -> int:
+    _prefect_env()
+    cfg = load_config(args.config, args.overrides)
+    from flows.training import round_flow
+
+    round_flow(config=args.config, overrides=args.overrides)
+    _print_campaign(cfg)
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    _prefect_env()
+    load_config(args.config, args.overrides)
+    from flows.training import evaluate_flow
+
+    result = evaluate_flow(config=args.config, overrides=args.overrides, version=args.version)
+    print(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    _prefect_env()
+    load_config(args.config, args.overrides)
+    from flows.serve import serve_all
+
+    serve_all(args.config, args.overrides, args.interval_minutes)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from rao_core import campaign
+
+    cfg = load_config(args.config, args.overrides)
+    if not cfg.run_dir.is_dir():
+        print(f"error: no run at {cfg.run_dir}", file=sys.stderr)
+        return 2
+    table = Table(title=f"{cfg.run_dir}: {campaign.completed_rounds(cfg)} rounds complete")
+    rows = campaign.status(cfg)
+    for col in rows[0]:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*("yes" if v is True else "-" if v is False else str(v) for v in row.values()))
+    Console().print(table)
+    _print_campaign(cfg)
+    return 0
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
@@ -97,6 +183,28 @@ def cmd_sql(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rao", description="Recursive Agent Optimization")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="the main job: warm start, then RL rounds (Prefect flow, MLflow)")
+    _config_args(p)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("round", help="one more round on the latest checkpoint")
+    _config_args(p)
+    p.set_defaults(func=cmd_round)
+
+    p = sub.add_parser("eval", help="evaluate a policy version on held-out tasks")
+    _config_args(p)
+    p.add_argument("--version", type=int, default=-1, help="policy version (default: the latest)")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("serve", help="register the flows with a Prefect server (UI triggers, schedule)")
+    _config_args(p)
+    p.add_argument("--interval-minutes", type=float, default=None, help="schedule one more round this often")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("status", help="where a run stands: stages complete per round, held-out success")
+    _config_args(p)
+    p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("rollout", help="roll out G trees for each of N root tasks to Parquet")
     _config_args(p)

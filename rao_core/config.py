@@ -122,6 +122,38 @@ class ScoringConfig:
 
 
 @dataclass
+class TrainConfig:
+    """The training stage. Reference (Qwen3-4B): AdamW lr 3e-6, betas (0.9, 0.95), wd 0.017, clip 1.0, bf16."""
+
+    loss_type: Literal["cispo", "grpo", "dr_grpo", "dapo", "bnpo", "sapo", "luspo", "vespo"] = opt(
+        "cispo", "TRL loss; cispo = -(sg(clip(ratio, 0, clip_high)) * A * log pi), token mean (the reference)"
+    )
+    lr: float = opt(3e-6, "AdamW learning rate, constant (real models; the tiny model needs ~1e-3)")
+    betas: list = opt([0.9, 0.95], "AdamW betas")
+    weight_decay: float = opt(0.017, "AdamW weight decay")
+    max_grad_norm: float = opt(1.0, "gradient clipping by global norm; 0 disables it")
+    clip_high: float = opt(
+        5.0, "cispo: cap of the importance ratio (TRL epsilon_high); others: upper epsilon"
+    )
+    clip_low: float = opt(0.2, "grpo-family losses: lower clip epsilon (TRL epsilon); unused by cispo")
+    beta: float = opt(0.0, "KL coefficient (TRL beta); 0 loads no reference model (the reference)")
+    temperature: float = opt(1.0, "sampling temperature of the rollouts: log-probs are taken at it")
+    bf16: bool | None = opt(None, "bf16 autocast over fp32 weights; None = on CUDA only")
+    gradient_checkpointing: bool = opt(False, "recompute activations in backward (long contexts)")
+    lora: bool = opt(False, "train a LoRA adapter (needs peft), merged into the saved checkpoint")
+    lora_r: int = opt(16, "LoRA rank")
+    lora_alpha: int = opt(32, "LoRA alpha")
+    lora_dropout: float = opt(0.0, "LoRA dropout (0 keeps sampler and trainer log-probs comparable)")
+    lora_targets: list = opt(
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], "LoRA target modules"
+    )
+    max_tokens_per_microbatch: int = opt(16384, "padded tokens (rows x longest row) per forward/backward")
+    steps_per_round: int = opt(1, "optimiser steps per round: the batch is dealt into this many mini-batches")
+    seed: int = opt(0, "seed of mini-batch dealing and of torch")
+    device: str = opt("auto", "cpu, cuda or auto")
+
+
+@dataclass
 class EvalConfig:
     """Held-out evaluation after each round (greedy by default, one tree per task)."""
 
@@ -137,6 +169,14 @@ class TrackingConfig:
     enabled: bool = opt(True, "log to MLflow")
     uri: str = opt("", "tracking URI; empty means sqlite:///<runs_dir>/mlflow.db")
     experiment: str = opt("rao", "MLflow experiment name")
+    log_checkpoints: bool = opt(True, "log each round's checkpoint folder as an artifact (small models)")
+
+
+@dataclass
+class CampaignConfig:
+    """The training campaign: warm start, then rounds of rollout -> score -> train -> evaluate."""
+
+    rounds: int = opt(3, "RL rounds of the campaign (`rao round` / the schedule add more)")
 
 
 @dataclass
@@ -152,6 +192,8 @@ class RunConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    campaign: CampaignConfig = field(default_factory=CampaignConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     @property
@@ -191,6 +233,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     for diff in cfg.eval.difficulty.split(","):
         need(diff.strip() in DIFFICULTIES, "eval.difficulty", f"unknown difficulty {diff!r}")
     need(cfg.eval.num_tasks >= 1, "eval.num_tasks", "must be >= 1")
+    need(cfg.campaign.rounds >= 0, "campaign.rounds", "must be >= 0")
     need("/" not in cfg.run_name and cfg.run_name not in ("", ".", ".."), "run_name", "must be a plain name")
     return cfg
 

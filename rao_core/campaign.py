@@ -1,0 +1,250 @@
+"""A training campaign: the stages of each round, where their outputs live, and where a run stands.
+
+    warm start -> checkpoint v0 -> evaluate v0
+    round r:  rollout (v_r) -> score -> train (v_r -> v_r+1) -> evaluate (v_r+1) -> log
+
+Every stage writes a file-based output marked complete and returns at once when it finds one, so a
+killed campaign started again continues from the last completed stage, and a finished one does
+nothing. Prefect (flows/, tasks/) only chains these functions; MLflow records them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from rao_core import tracking
+from rao_core.config import RunConfig, save_config
+from rao_core.store.parquet import is_complete
+
+SHIPPED = Path(__file__).resolve().parent / "models" / "checkpoints"
+
+
+def round_config(cfg: RunConfig, round_: int) -> RunConfig:
+    """The run's configuration with the round and policy version of round `round_`."""
+    rollout = dataclasses.replace(cfg.rollout, round=round_, policy_version=round_)
+    return dataclasses.replace(cfg, rollout=rollout)
+
+
+def checkpoint_dir(cfg: RunConfig, version: int) -> Path:
+    return cfg.run_dir / "checkpoints" / f"round-{version}"
+
+
+def initial_model(cfg: RunConfig) -> Path:
+    """Policy version 0: a shipped checkpoint by name, a local folder, or the run's own warm start."""
+    name = cfg.policy.model
+    if (SHIPPED / name).is_dir():
+        return SHIPPED / name
+    if Path(name).is_dir():
+        return Path(name)
+    if name == "warmstart":
+        return cfg.run_dir / "checkpoints" / "warmstart"
+    if name == "tiny":
+        from rao_core.models.tiny import resolve_model
+
+        return resolve_model("tiny")
+    raise FileNotFoundError(f"policy.model: {name!r} is neither a shipped checkpoint nor a local folder")
+
+
+def model_path(cfg: RunConfig, version: int) -> Path:
+    return initial_model(cfg) if version == 0 else checkpoint_dir(cfg, version)
+
+
+def checkpoint_complete(path: Path) -> bool:
+    return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
+
+
+# -- stages ------------------------------------------------------------------------------------
+def stage_warm_start(cfg: RunConfig, progress: bool = False) -> Path:
+    """Version 0 exists after this: shipped, given, or trained here once."""
+    path = initial_model(cfg)
+    if (
+        path.name == "warmstart"
+        and path.parent == cfg.run_dir / "checkpoints"
+        and not checkpoint_complete(path)
+    ):
+        from rao_core.train.warmstart import warm_start
+
+        warm_start(cfg.warmstart, path, progress=progress)
+    return path
+
+
+def stage_rollout(cfg: RunConfig, round_: int, progress: bool = False) -> Path:
+    from rao_core.rollout import rollout_round
+
+    return rollout_round(round_config(cfg, round_), progress, model_path(cfg, round_))
+
+
+def stage_score(cfg: RunConfig, round_: int) -> Path:
+    from rao_core.scoring import score_round
+
+    return score_round(cfg.run_dir, round_, cfg.scoring)
+
+
+def stage_train(cfg: RunConfig, round_: int) -> dict[str, Any]:
+    from rao_core.train.stage import train_round
+
+    return train_round(
+        cfg.run_dir, round_, model_path(cfg, round_), checkpoint_dir(cfg, round_ + 1), cfg.train
+    )
+
+
+def stage_evaluate(cfg: RunConfig, version: int, progress: bool = False) -> dict[str, Any]:
+    from rao_core.eval.evaluate import evaluate_round
+
+    return evaluate_round(round_config(cfg, version), version, model_path(cfg, version), progress)
+
+
+# -- tracking ----------------------------------------------------------------------------------
+def _marker(cfg: RunConfig, round_: int) -> Path:
+    return cfg.run_dir / "logged" / f"round-{round_}.json"
+
+
+def log_round(cfg: RunConfig, round_: int, metrics: dict[str, Any]) -> bool:
+    """Log one round to MLflow once (a marker file makes a resumed campaign skip it)."""
+    marker = _marker(cfg, round_)
+    if marker.is_file():
+        return False
+    run_id = tracking.round_run_id(cfg, round_)
+    tracking.log_metrics(cfg, run_id, metrics, step=round_)
+    # The campaign run plots evaluation against policy version (0 = the warm start, see log_baseline).
+    parent = tracking.campaign_run_id(cfg)
+    tracking.log_metrics(cfg, parent, {"eval": metrics["eval"]}, step=round_ + 1)
+    tracking.log_metrics(cfg, parent, {k: v for k, v in metrics.items() if k != "eval"}, step=round_)
+    for folder in ("eval", "scores"):
+        part = cfg.run_dir / folder / f"round={round_ + (folder == 'eval')}"
+        for name in ("summary.json", "_COMPLETE"):
+            if (part / name).is_file():
+                tracking.log_artifacts(cfg, run_id, part / name, f"{folder}")
+    ckpt = checkpoint_dir(cfg, round_ + 1)
+    if cfg.tracking.log_checkpoints and checkpoint_complete(ckpt):
+        tracking.log_artifacts(cfg, run_id, ckpt, "checkpoint")
+    tracking.finish_run(cfg, run_id)
+    _write_json(marker, metrics)
+    return True
+
+
+def log_baseline(cfg: RunConfig, eval_metrics: dict[str, Any]) -> bool:
+    """Evaluation of policy version 0 on the campaign run, at step 0 (once)."""
+    marker = cfg.run_dir / "logged" / "baseline.json"
+    if marker.is_file():
+        return False
+    tracking.log_metrics(cfg, tracking.campaign_run_id(cfg), {"eval": eval_metrics}, step=0)
+    _write_json(marker, eval_metrics)
+    return True
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def artifact_key(cfg: RunConfig, *parts: object) -> str:
+    """Prefect artifact keys allow lowercase letters, digits and dashes only."""
+    text = "-".join(str(p) for p in (cfg.run_name, *parts)).lower()
+    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", text)).strip("-")
+
+
+def summary_rows(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """A flat (metric, value) table of a round, for the Prefect UI."""
+    return [{"metric": k, "value": round(v, 4)} for k, v in tracking.flatten(metrics).items()]
+
+
+def summary_markdown(cfg: RunConfig, round_: int, metrics: dict[str, Any]) -> str:
+    ev = metrics["eval"]
+    lines = [
+        f"# {cfg.run_name}: round {round_} (policy version {round_ + 1})",
+        "",
+        "| difficulty | success | 95% CI | nodes/tree | max depth |",
+        "|---|---|---|---|---|",
+    ]
+    for diff, m in ev.items():
+        if isinstance(m, dict) and "success" in m:
+            lines.append(
+                f"| {diff} | {m['success']:.3f} | {m['success_ci_low']:.2f}-{m['success_ci_high']:.2f} "
+                f"| {m['nodes_per_tree']:.1f} | {m['max_depth']} |"
+            )
+    tr = metrics.get("train", {})
+    lines += [
+        "",
+        f"Loss {tr.get('loss', float('nan')):.4f}, trained samples {tr.get('samples', 0)}, "
+        f"mean root reward {metrics['scores'].get('mean_root_reward') or 0:.3f}.",
+    ]
+    return "\n".join(lines)
+
+
+def round_report(cfg: RunConfig, round_: int) -> dict[str, Any]:
+    """The figures of round r, read back from its stages' outputs: evaluation of the new policy
+    (success by difficulty and depth, tree shape, tokens), the rollout, rewards and advantages, the
+    training update (loss, tokens/s) and time per stage."""
+    from rao_core.eval.evaluate import summarize_eval
+    from rao_core.rollout import load_round, summarize
+    from rao_core.scoring import scores_summary
+
+    rollout_meta = json.loads((cfg.run_dir / "rollouts" / f"round={round_}" / "_COMPLETE").read_text())
+    rollout = summarize(load_round(cfg, round_))
+    scores = scores_summary(cfg.run_dir, round_)
+    train_path = checkpoint_dir(cfg, round_ + 1) / "metrics.json"
+    train = json.loads(train_path.read_text()) if train_path.is_file() else {}
+    evaluation = summarize_eval(cfg.run_dir / "eval" / f"round={round_ + 1}")
+    return {
+        "eval": {k: v for k, v in evaluation.items()},
+        "rollout": {k: v for k, v in rollout.items() if k != "statuses"},
+        "scores": {
+            **{k: v for k, v in scores.items() if k not in ("round", "dropped_trees")},
+            "dropped_trees": sum(scores.get("dropped_trees", {}).values()),
+        },
+        "train": {k: v for k, v in train.items() if isinstance(v, int | float)},
+        "seconds": {"rollout": rollout_meta.get("seconds", 0.0), "train": train.get("seconds", 0.0)},
+    }
+
+
+# -- where a run stands ------------------------------------------------------------------------
+def completed_rounds(cfg: RunConfig) -> int:
+    """Rounds whose evaluation of the new policy is complete (the next round to run)."""
+    r = 0
+    while is_complete(cfg.run_dir / "eval" / f"round={r + 1}"):
+        r += 1
+    return r
+
+
+def status(cfg: RunConfig, rounds: int | None = None) -> list[dict[str, Any]]:
+    """Per round: which stages have complete outputs."""
+    rounds = rounds if rounds is not None else max(cfg.campaign.rounds, completed_rounds(cfg) + 1)
+    rows = []
+    for r in range(rounds):
+        rows.append(
+            {
+                "round": r,
+                "rollout": is_complete(cfg.run_dir / "rollouts" / f"round={r}"),
+                "score": is_complete(cfg.run_dir / "scores" / f"round={r}"),
+                "train": checkpoint_complete(checkpoint_dir(cfg, r + 1)),
+                "eval": is_complete(cfg.run_dir / "eval" / f"round={r + 1}"),
+                "logged": _marker(cfg, r).is_file(),
+            }
+        )
+    return rows
+
+
+def prepare(cfg: RunConfig) -> None:
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, cfg.run_dir / "config.yaml")
+
+
+def campaign_summary(cfg: RunConfig) -> dict[str, Any]:
+    """Held-out success per policy version and difficulty, from every complete evaluation."""
+    from rao_core.eval.evaluate import summarize_eval
+
+    out: dict[str, Any] = {}
+    v = 0
+    while is_complete(cfg.run_dir / "eval" / f"round={v}"):
+        ev = summarize_eval(cfg.run_dir / "eval" / f"round={v}")
+        out[f"v{v}"] = {k: m["success"] for k, m in ev.items() if isinstance(m, dict) and "success" in m}
+        v += 1
+    return out

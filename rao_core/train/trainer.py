@@ -1,0 +1,249 @@
+"""RAO's policy-gradient update on stored rollouts: TRL's GRPOTrainer, fed our rows instead of generations.
+
+TRL computes the loss (`loss_type`, CISPO by default, the RAO reference) and runs the loop (gradient
+accumulation, clipping, AdamW, bf16, gradient checkpointing, LoRA). The subclass only swaps the data
+side: the dataloader yields pre-packed micro-batches (see samples.py) and `_prepare_inputs` moves
+them to the device instead of generating and scoring completions. `_compute_loss` is TRL's, untouched;
+a thin wrapper around its log-prob helper fills in behaviour log-probs for scripted rows and records
+ratio statistics. Tested against TRL 1.16.0 exactly (pinned in pyproject.toml): the inputs dict and
+the normaliser are private TRL details that may change between versions.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from datasets import Dataset
+from torch.utils.data import DataLoader
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, PrinterCallback, TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from rao_core.config import TrainConfig
+from rao_core.train.samples import Row, microbatches, plan_steps
+
+
+def check(cfg: TrainConfig) -> None:
+    """Fail before any work on values TRL would only reject deep inside a run (or silently misuse)."""
+    if cfg.max_tokens_per_microbatch < 1 or cfg.steps_per_round < 1:
+        raise ValueError("train.max_tokens_per_microbatch and train.steps_per_round must be >= 1")
+    if cfg.clip_high <= 0 or cfg.temperature <= 0:
+        raise ValueError("train.clip_high and train.temperature must be > 0")
+
+
+def resolve_device(cfg: TrainConfig) -> str:
+    if cfg.device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return cfg.device
+
+
+def lora_config(cfg: TrainConfig) -> Any:
+    """A peft LoraConfig, or a clear error: peft is an optional dependency."""
+    try:
+        from peft import LoraConfig
+    except ImportError as e:
+        raise ImportError("train.lora=true needs the optional package peft (pip install peft)") from e
+    return LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=list(cfg.lora_targets),
+        task_type="CAUSAL_LM",
+    )
+
+
+def grpo_args(cfg: TrainConfig, output_dir: Path, accum: int, max_completion: int) -> GRPOConfig:
+    """TRL's config for one round: one optimiser step per `accum` micro-batches, nothing saved or reported.
+
+    `per_device_train_batch_size` and `num_generations` are placeholders that satisfy GRPOConfig's
+    checks (generation batch divisible by the group size); our dataloader ignores them.
+    """
+    device = resolve_device(cfg)
+    bf16 = device == "cuda" if cfg.bf16 is None else cfg.bf16
+    return GRPOConfig(
+        output_dir=str(output_dir),
+        loss_type=cfg.loss_type,
+        epsilon=cfg.clip_low,
+        epsilon_high=cfg.clip_high,
+        beta=cfg.beta,
+        temperature=cfg.temperature,
+        learning_rate=cfg.lr,
+        adam_beta1=cfg.betas[0],
+        adam_beta2=cfg.betas[1],
+        weight_decay=cfg.weight_decay,
+        max_grad_norm=cfg.max_grad_norm,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        optim="adamw_torch",
+        bf16=bf16,
+        fp16=False,
+        use_cpu=device == "cpu",
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        gradient_accumulation_steps=accum,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        num_train_epochs=1,
+        max_completion_length=max_completion,
+        shuffle_dataset=False,
+        disable_dropout=True,
+        seed=cfg.seed,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+
+
+def _scored_in_sql(*args: Any, **kwargs: Any) -> list[float]:
+    """GRPOTrainer demands a reward source; ours is the `scores` table, so this is never called."""
+    raise RuntimeError("RAO rewards come from the scores table, not from a TRL reward function")
+
+
+class RAOTrainer(GRPOTrainer):
+    """GRPOTrainer whose batches are stored rollout rows, already packed into micro-batches.
+
+    Each input dict carries prompt_ids/prompt_mask, completion_ids/completion_mask (real tokens),
+    tool_mask (action tokens: TRL multiplies it into the loss mask), advantages (B,) = w_d * A,
+    old_per_token_logps (sampler log-probs), sampler_missing (B,) and num_items_in_batch.
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel | str,
+        args: GRPOConfig,
+        batches: list[dict[str, torch.Tensor]],
+        processing_class: PreTrainedTokenizerBase,
+        peft_config: Any = None,
+        callbacks: list[TrainerCallback] | None = None,
+    ) -> None:
+        self._batches = batches
+        self._inputs: dict[str, torch.Tensor] | None = None
+        self.stats: dict[str, float] = defaultdict(float)
+        self.step_losses: list[float] = []
+        super().__init__(
+            model=model,
+            reward_funcs=[_scored_in_sql],
+            args=args,
+            train_dataset=Dataset.from_dict({"prompt": [""] * len(batches)}),  # only its length is read
+            processing_class=processing_class,
+            peft_config=peft_config,
+            callbacks=callbacks,
+        )
+        self.remove_callback(PrinterCallback)  # metrics come back from train_rows instead of stdout
+        if self.accelerator.num_processes != 1:
+            raise NotImplementedError("RAOTrainer runs in one process (micro-batches are not sharded)")
+
+    def _send_telemetry(self) -> None:  # the training stage never reaches the network
+        return None
+
+    def get_train_dataloader(self) -> DataLoader:
+        """The micro-batches in plan order; batch_size=None yields each dict as is (no collation)."""
+        return DataLoader(self._batches, batch_size=None, shuffle=False)
+
+    def _prepare_inputs(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Replaces generation + scoring: the rollouts are already scored, just move them to the device."""
+        return {k: v.to(self.accelerator.device) for k, v in inputs.items()}
+
+    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
+        """TRL's log-probs; behaviour log-probs of scripted rows become these (detached: ratio = 1)."""
+        logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        inputs = self._inputs
+        if inputs is not None:
+            cur = logps.detach()
+            old = inputs["old_per_token_logps"].to(cur.dtype)
+            old = torch.where(inputs["sampler_missing"][:, None], cur, old)
+            inputs["old_per_token_logps"] = old
+            self._record_ratios(cur, old, inputs["completion_mask"] * inputs["tool_mask"])
+        return logps, entropies, aux
+
+    @torch.no_grad()
+    def _record_ratios(self, cur: torch.Tensor, old: torch.Tensor, mask: torch.Tensor) -> None:
+        m = mask.bool()
+        ratio = torch.exp(cur - old)[m].float()
+        if self.loss_type in ("cispo", "vespo"):
+            clipped = ratio > self.epsilon_high
+        else:
+            clipped = (ratio < 1 - self.epsilon_low) | (ratio > 1 + self.epsilon_high)
+        self.stats["tokens"] += float(m.sum())
+        self.stats["ratio_sum"] += float(ratio.sum())
+        self.stats["clipped"] += float(clipped.sum())
+        self.stats["logp_sum"] += float(cur[m].sum())
+
+    def _compute_loss(self, model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """TRL's loss, unchanged; we only keep a handle on the inputs and sum the step's loss."""
+        self._inputs = inputs
+        try:
+            loss = super()._compute_loss(model, inputs)
+        finally:
+            self._inputs = None
+        if self.model.training:
+            accum = self.args.gradient_accumulation_steps
+            if self._step % accum == 0:
+                self.step_losses.append(0.0)
+            self.step_losses[-1] += float(loss.detach())
+        return loss
+
+
+def train_rows(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    rows: list[Row],
+    cfg: TrainConfig,
+    work_dir: Path,
+    callbacks: list[TrainerCallback] | None = None,
+) -> tuple[PreTrainedModel, dict[str, Any]]:
+    """Run one round's update on `rows`; returns the trained model (LoRA merged) and metrics."""
+    check(cfg)
+    torch.manual_seed(cfg.seed)
+    plan = plan_steps(rows, cfg.max_tokens_per_microbatch, cfg.steps_per_round, cfg.seed)
+    metrics: dict[str, Any] = {"samples": len(rows), "trained_samples": 0, "steps": 0, "tokens": 0}
+    if not plan:
+        return model, {**metrics, "skipped": "no trainable action tokens"}
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    batches = microbatches(rows, plan, pad_id)
+    accum = max(len(step) for step in plan)
+    max_completion = max(b["completion_ids"].shape[1] for b in batches)
+    args = grpo_args(cfg, work_dir, accum, max_completion)
+    peft_config = lora_config(cfg) if cfg.lora else None
+    trainer = RAOTrainer(model, args, batches, tokenizer, peft_config=peft_config, callbacks=callbacks)
+    device = trainer.accelerator.device
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    t0 = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - t0
+    grad_norms = [h["grad_norm"] for h in trainer.state.log_history if "grad_norm" in h]
+    s = trainer.stats
+    used = sorted({i for step in plan for mb in step for i in mb})
+    all_tokens = sum(rows[i].length for i in used)
+    metrics.update(
+        trained_samples=len(used),
+        steps=len(plan),
+        microbatches=len(batches),
+        grad_accum=accum,
+        loss=sum(trainer.step_losses) / len(trainer.step_losses),
+        step_losses=trainer.step_losses,
+        grad_norm=float(grad_norms[-1]) if grad_norms else math.nan,
+        grad_norms=[float(g) for g in grad_norms],
+        tokens=all_tokens,
+        action_tokens=int(s["tokens"]),
+        seconds=seconds,
+        tokens_per_s=all_tokens / seconds,
+        mean_ratio=s["ratio_sum"] / max(s["tokens"], 1.0),
+        clipped_fraction=s["clipped"] / max(s["tokens"], 1.0),
+        mean_action_logp=s["logp_sum"] / max(s["tokens"], 1.0),
+        loss_type=cfg.loss_type,
+        device=str(device),
+        bf16=bool(args.bf16),
+    )
+    if device.type == "cuda":
+        metrics["peak_gpu_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+    out = trainer.model
+    if cfg.lora:
+        out = out.merge_and_unload()
+    return out, metrics

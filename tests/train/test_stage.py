@@ -1,0 +1,127 @@
+"""End to end on a tiny run folder: nodes partition -> score_round -> train_round -> checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rao_core.config import ScoringConfig
+from rao_core.models.tokenizer import tiny_tokenizer
+from rao_core.scoring import rollouts_dir, score_round
+from rao_core.store.db import connect
+from rao_core.store.parquet import write_partition
+from rao_core.store.schema import NODE_SCHEMA
+from rao_core.train.samples import read_rows
+from rao_core.train.stage import METRICS, train_round
+from rao_core.train.trainer import TrainConfig
+from tests.train import one_thread, tiny_model  # noqa: F401 (autouse fixture)
+
+CFG = TrainConfig(lr=1e-3, max_tokens_per_microbatch=128)
+
+
+def node(task: str, g: int, path: str, parent: str | None, success: float, rng, scripted: bool) -> dict:
+    """One NODE_SCHEMA row with a random conversation: prompt, then action/observation turns."""
+    length = int(rng.integers(16, 40))
+    ids = rng.integers(3, len(tiny_tokenizer()), length).tolist()
+    mask = [0] * 6 + [int(i % 7 < 4) for i in range(length - 6)]
+    logprobs = [] if scripted else [float(-rng.uniform(0.5, 5.0)) if m else 0.0 for m in mask]
+    tree = f"{task}/{g}"
+    return {
+        **{f.name: None for f in NODE_SCHEMA},
+        "run": "r",
+        "round": 0,
+        "split": "train",
+        "mode": "recursive",
+        "suite": "textcraft",
+        "task_id": task,
+        "sample": g,
+        "tree_id": tree,
+        "node_id": f"{tree}:{path}",
+        "parent_id": None if parent is None else f"{tree}:{parent}",
+        "depth": path.count(".") if path != "0" else 0,
+        "policy_version": 0,
+        "status": "finished",
+        "success": success,
+        "tree_status": "ok",
+        "token_ids": ids,
+        "action_mask": mask,
+        "logprobs": logprobs,
+    }
+
+
+def write_round(run_dir, successes: list[float], seed: int = 0) -> None:
+    """Two root tasks x len(successes) trees; a root has one or two children sharing its success."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for t in range(2):
+        for g, s in enumerate(successes):
+            rows.append(node(f"t{t}", g, "0", None, s, rng, scripted=g % 2 == 1))
+            for c in range(1 + g % 2):
+                rows.append(node(f"t{t}", g, f"0.{c}", "0", s, rng, scripted=g % 2 == 1))
+    table = pa.Table.from_pylist(rows, schema=NODE_SCHEMA)
+    write_partition({"nodes": table}, rollouts_dir(run_dir, 0))
+    score_round(run_dir, 0, ScoringConfig())
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    path = tmp_path / "policy-0"
+    tiny_model(seed=3).save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return path
+
+
+def weights(path) -> dict[str, torch.Tensor]:
+    return dict(AutoModelForCausalLM.from_pretrained(path, local_files_only=True).state_dict())
+
+
+def test_train_round_writes_a_loadable_checkpoint(tmp_path, checkpoint):
+    run = tmp_path / "run"
+    write_round(run, [1.0, 0.0, 1.0, 0.0])
+    rows = read_rows(run, 0)
+    assert len(rows) == 20  # every node of every tree is trained: 8 roots, 12 children
+    con = connect(run)
+    expected = dict(con.sql("SELECT node_id, depth_weight * advantage FROM scores WHERE trained").fetchall())
+    depth_weights = sorted(w for (w,) in con.sql("SELECT DISTINCT depth_weight FROM scores").fetchall())
+    assert depth_weights == pytest.approx([10 / 12, 10 / 8])  # Eq. 4 with N_0 = 8, N_1 = 12
+    assert {r.node_id: r.weight for r in rows} == pytest.approx(expected)  # weight = w_d * A
+    assert sum(r.logprobs is None for r in rows) == 12  # the scripted trees
+
+    out = tmp_path / "policy-1"
+    metrics = train_round(run, 0, checkpoint, out, CFG)
+    assert metrics["samples"] == metrics["trained_samples"] == 20
+    assert metrics["steps"] == 1 and metrics["microbatches"] > 1 and metrics["policy_version"] == 1
+    assert metrics["tokens"] == sum(r.length for r in rows)
+    assert metrics["action_tokens"] == sum(r.action_tokens for r in rows)
+    for key in ("loss", "grad_norm", "seconds", "tokens_per_s", "mean_ratio", "clipped_fraction"):
+        assert np.isfinite(metrics[key]), key
+    assert json.loads((out / METRICS).read_text())["loss"] == metrics["loss"]
+
+    before, after = weights(checkpoint), weights(out)
+    assert before.keys() == after.keys()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    tok = AutoTokenizer.from_pretrained(out, local_files_only=True)
+    assert tok.get_vocab() == tiny_tokenizer().get_vocab()
+    assert not list(tmp_path.glob(".tmp-*"))
+
+    # idempotent: a complete checkpoint is returned as is, nothing retrained
+    stamp = (out / "model.safetensors").stat().st_mtime_ns
+    assert train_round(run, 0, checkpoint, out, CFG) == json.loads((out / METRICS).read_text())
+    assert (out / "model.safetensors").stat().st_mtime_ns == stamp
+
+
+def test_round_without_trained_rows_copies_the_policy_forward(tmp_path, checkpoint):
+    run = tmp_path / "run"
+    write_round(run, [1.0, 1.0, 1.0])  # all equal: zero-advantage groups are skipped
+    assert read_rows(run, 0) == []
+    out = tmp_path / "policy-1"
+    metrics = train_round(run, 0, checkpoint, out, CFG)
+    assert metrics["skipped"] == "no trained rows" and metrics["policy_version"] == 1
+    before, after = weights(checkpoint), weights(out)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert (out / METRICS).is_file()
