@@ -7,10 +7,12 @@ event loop -> rows (one per node) -> runs/<run>/rollouts/round=N/nodes.parquet
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -30,13 +32,17 @@ def rollout_dir(cfg: RunConfig, round_: int) -> Path:
     return cfg.run_dir / "rollouts" / f"round={round_}"
 
 
-def make_policy(cfg: RunConfig, suite, model_path: Path | None = None) -> Policy:
-    """The suite's scripted expert, or a model engine loading `model_path` (default policy.model)."""
+def make_policy(cfg: RunConfig, suite, model_path: Path | None = None) -> tuple[Policy, Any]:
+    """The suite's scripted expert, or a model engine serving `model_path` (default policy.model);
+    returned with the tokenizer that frames the conversation (the checkpoint's own for models)."""
     if cfg.policy.kind == "scripted":
-        return suite.expert(cfg)
+        return suite.expert(cfg), load_tokenizer(cfg.policy.tokenizer)
     from rao_core.engines import build_engine
+    from rao_core.models.tiny import resolve_model
 
-    return build_engine(cfg.policy, load_tokenizer(cfg.policy.tokenizer), model_path)
+    path = resolve_model(str(model_path or cfg.policy.model))
+    tokenizer = load_tokenizer(str(path))
+    return build_engine(dataclasses.replace(cfg.policy, model=str(path)), tokenizer), tokenizer
 
 
 async def run_trees(
@@ -146,8 +152,8 @@ def run_rollout(
         for t in tasks
         for g in range(group_size)
     ]
-    policy = make_policy(cfg, suite, model_path)
-    chat = ChatFraming(load_tokenizer(cfg.policy.tokenizer))
+    policy, tokenizer = make_policy(cfg, suite, model_path)
+    chat = ChatFraming(tokenizer)
 
     async def main(on_tree_done: Callable[[TreeRun], None] | None) -> list[TreeRun]:
         try:

@@ -123,18 +123,16 @@ class SmallTask:
     @property
     def gold_crafts(self) -> int:
         """Crafts the shortest solution makes (pre-owned intermediates spare their subtrees)."""
-        world = generate_small_world(self.seed, self.tier)
-        need = Counter({self.target: 1})
-        return _crafts(world, self.target, dict(self.inventory), need)
+        return _crafts(generate_small_world(self.seed, self.tier), self.target, dict(self.inventory))
 
 
-def _crafts(world: SmallWorld, item: str, inv: dict[str, int], _: Counter) -> int:
+def _crafts(world: SmallWorld, item: str, inv: dict[str, int]) -> int:
     n = 1
     for ing in world.recipes[item]:
         if inv.get(ing, 0) > 0:
             inv[ing] -= 1
         elif ing in world.recipes:
-            n += _crafts(world, ing, inv, _)
+            n += _crafts(world, ing, inv)
     return n
 
 
@@ -168,7 +166,10 @@ def make_small_task(seed: int, tier: int, split: str = "train") -> SmallTask:
 
 
 def make_small_tasks(
-    n_per_difficulty: int, split: str = "val", difficulties: tuple[str, ...] = tuple(SMALL_DIFFICULTIES), seed: int = 0
+    n_per_difficulty: int,
+    split: str = "val",
+    difficulties: tuple[str, ...] = tuple(SMALL_DIFFICULTIES),
+    seed: int = 0,
 ) -> list[SmallTask]:
     """n tasks per difficulty, each in its own world; val seeds never collide with train seeds."""
     rng = random.Random(f"small-tasks:{split}:{seed}")
