@@ -216,7 +216,7 @@ def completed_rounds(cfg: RunConfig) -> int:
 
 def status(cfg: RunConfig, rounds: int | None = None) -> list[dict[str, Any]]:
     """Per round: which stages have complete outputs."""
-    rounds = rounds if rounds is not None else max(cfg.campaign.rounds, completed_rounds(cfg) + 1)
+    rounds = rounds if rounds is not None else max(cfg.campaign.rounds, completed_rounds(cfg))
     rows = []
     for r in range(rounds):
         rows.append(

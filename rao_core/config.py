@@ -249,6 +249,11 @@ def _coerce(value: Any, typ: Any, name: str) -> Any:
         return value
     if typ is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if typ is float and isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
     base = {"int": int, "float": float, "bool": bool, "str": str, "list": list, "dict": dict}.get(
         getattr(typ, "__name__", str(typ)), typ
     )

@@ -1,0 +1,152 @@
+"""The training campaign through Prefect's local server, tracked in MLflow on SQLite.
+
+A toy world and the untrained tiny model keep it fast: the point here is the plumbing (tables,
+checkpoints, metrics, artifacts, resume), not learning, which the main job shows.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from mlflow.tracking import MlflowClient
+
+from rao_core import campaign, tracking
+from rao_core.config import load_config
+from rao_core.store.parquet import is_complete
+from tests.conftest import TOY
+
+ROOT = Path(__file__).resolve().parents[1]
+CAMPAIGN = [
+    *TOY,
+    "policy.kind=hf",
+    "policy.model=tiny",
+    "agent.max_steps=2",
+    "agent.max_new_tokens=12",
+    "eval.num_tasks=1",
+    "eval.difficulty=easy",
+    "campaign.rounds=2",
+    "train.lr=1e-3",
+    "scoring.zero_advantage_groups=keep",  # an untrained model fails everything: train anyway
+    "scoring.single_tree_groups=zero_baseline",
+]
+
+
+@pytest.fixture(scope="module")
+def prefect_server():
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield PREFECT_API_URL.value()
+
+
+def overrides(tmp_path: Path, *extra: str) -> list[str]:
+    return [f"runs_dir={tmp_path}", *CAMPAIGN, *extra]
+
+
+def mlflow_runs(cfg):
+    client = MlflowClient(tracking.tracking_uri(cfg))
+    exp = client.get_experiment_by_name(cfg.tracking.experiment)
+    return client, client.search_runs([exp.experiment_id])
+
+
+def test_train_flow_end_to_end(prefect_server, tmp_path):
+    from flows.training import train_flow
+
+    ov = overrides(tmp_path)
+    cfg = load_config(overrides=ov)
+    summary = train_flow(overrides=ov)
+    assert set(summary) == {"v0", "v1", "v2"}
+    for r in (0, 1):
+        rows = pq.read_table(cfg.run_dir / "rollouts" / f"round={r}" / "nodes.parquet").to_pylist()
+        assert rows and all(row["policy_version"] == r and row["logprobs"] for row in rows)
+        assert is_complete(cfg.run_dir / "scores" / f"round={r}")
+        assert campaign.checkpoint_complete(campaign.checkpoint_dir(cfg, r + 1))
+    assert [row["logged"] for row in campaign.status(cfg)] == [True, True]
+
+    client, runs = mlflow_runs(cfg)
+    parent = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parent) == 1 and len(children) == 2
+    history = client.get_metric_history(parent[0].info.run_id, "eval/all/success")
+    assert sorted(m.step for m in history) == [0, 1, 2]
+    child_metrics = children[0].data.metrics
+    assert "train/loss" in child_metrics and "scores/mean_reward" in child_metrics
+    assert "eval/easy/success" in child_metrics and "rollout/nodes_per_tree" in child_metrics
+    artifacts = {a.path for a in client.list_artifacts(children[0].info.run_id)}
+    assert {"eval", "scores", "checkpoint"} <= artifacts
+
+    from prefect.client.orchestration import get_client
+
+    async def artifact_keys():
+        async with get_client() as c:
+            return {a.key for a in await c.read_artifacts()}
+
+    import asyncio
+
+    keys = asyncio.run(artifact_keys())
+    assert campaign.artifact_key(cfg, "round", 1) in keys
+
+    # A second run of a finished campaign does nothing: no new rows, runs or checkpoints.
+    stamp = (cfg.run_dir / "rollouts" / "round=1" / "nodes.parquet").stat().st_mtime_ns
+    assert train_flow(overrides=ov) == summary
+    assert (cfg.run_dir / "rollouts" / "round=1" / "nodes.parquet").stat().st_mtime_ns == stamp
+    assert len(mlflow_runs(cfg)[1]) == 3
+
+
+def test_bad_config_fails_before_any_work(tmp_path, capsys):
+    from rao_core.cli import main
+
+    assert main(["train", "--set", f"runs_dir={tmp_path}", "--set", "campaign.rounds=-1"]) == 2
+    assert capsys.readouterr().err.strip() == "config error: campaign.rounds: must be >= 0"
+    assert list(tmp_path.iterdir()) == []
+
+
+def _wait_for(path_fn, proc, timeout=300):
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        if path_fn():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_kill_and_resume(prefect_server, tmp_path):
+    """SIGKILL `rao train` during the rollout, the training and the evaluation of round 1, resume
+    each time, and end with exactly the tables, checkpoints and MLflow runs of an unbroken run."""
+    ov = overrides(tmp_path)
+    cfg = load_config(overrides=ov)
+    cmd = [sys.executable, "-m", "rao_core.cli", "train"] + [a for o in ov for a in ("--set", o)]
+    env = {**os.environ, "PREFECT_API_URL": prefect_server, "HF_HUB_OFFLINE": "1"}
+    stops = [
+        lambda: (cfg.run_dir / "rollouts").is_dir(),  # round 0 rollout under way (warm start done)
+        lambda: is_complete(cfg.run_dir / "scores" / "round=0"),  # about to train round 0
+        lambda: campaign.checkpoint_complete(campaign.checkpoint_dir(cfg, 2)),  # evaluating v2
+    ]
+    for stop in stops:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        assert _wait_for(stop, proc), "the run ended before the stage it was to be killed in"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for r in (0, 1):
+        table = pq.read_table(cfg.run_dir / "rollouts" / f"round={r}" / "nodes.parquet")
+        ids = table.column("node_id").to_pylist()
+        assert len(ids) == len(set(ids)) > 0
+    assert campaign.completed_rounds(cfg) == 2
+    assert all(row["logged"] for row in campaign.status(cfg))
+    client, runs = mlflow_runs(cfg)
+    assert len([r for r in runs if "mlflow.parentRunId" not in r.data.tags]) == 1
+    assert len([r for r in runs if "mlflow.parentRunId" in r.data.tags]) == 2
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    steps = [m.step for m in client.get_metric_history(parent.info.run_id, "eval/all/success")]
+    assert sorted(steps) == [0, 1, 2]  # each version evaluated and logged exactly once
+    assert not list((cfg.run_dir / "rollouts").glob(".tmp-*"))
