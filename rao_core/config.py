@@ -47,6 +47,7 @@ class TaskConfig:
     val_fraction: float = opt(0.2, "fraction of items per tier held out for validation")
     buffer_max: float = opt(0.5, "base materials get a random 0..buffer_max extra")
     distractors: list = opt([1, 3], "min and max distractor base items in the inventory")
+    small_tasks_per_difficulty: int = opt(300, "textcraft-small: tasks per difficulty and split, one world each")
 
 
 @dataclass
@@ -183,7 +184,9 @@ class CampaignConfig:
 class RunConfig:
     run_name: str = opt("default", "folder name under runs_dir")
     runs_dir: str = opt("runs", "root folder of all runs")
-    suite: Literal["textcraft"] = opt("textcraft", "task suite")
+    suite: Literal["textcraft", "textcraft-small"] = opt(
+        "textcraft", "task suite: the reference TextCraft-Synth, or its profile for tiny models"
+    )
     world: WorldConfig = field(default_factory=WorldConfig)
     tasks: TaskConfig = field(default_factory=TaskConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)

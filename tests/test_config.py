@@ -39,3 +39,12 @@ def test_bad_input_names_the_field(override, field):
 def test_missing_file():
     with pytest.raises(ConfigError, match="not found"):
         load_config("/nonexistent.yaml")
+
+
+def test_shipped_configs_load():
+    from pathlib import Path
+
+    configs = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+    assert configs
+    for path in configs:
+        load_config(path)

@@ -47,7 +47,39 @@ class TextCraftData:
         )
 
 
-SUITES: dict[str, type] = {"textcraft": TextCraftData}
+class TextCraftSmallData:
+    """TextCraft-Synth, small-model profile: a fresh tiny world per task, one-name actions."""
+
+    files = ("train.parquet", "val.parquet")
+
+    @staticmethod
+    def synthesize(cfg: RunConfig, out: Path) -> None:
+        from rao_core.envs.textcraft.small import make_small_tasks, write_small_tasks
+
+        for split in ("train", "val"):
+            tasks = make_small_tasks(cfg.tasks.small_tasks_per_difficulty, split, seed=cfg.tasks.seed)
+            write_small_tasks(tasks, out / f"{split}.parquet")
+
+    def __init__(self, data_dir: Path) -> None:
+        self.dir = data_dir
+
+    def tasks(self, split: str) -> list[Any]:
+        from rao_core.envs.textcraft.small import load_small_tasks
+
+        return load_small_tasks(self.dir / f"{split}.parquet")
+
+    def env(self, task: Any) -> Environment:
+        from rao_core.envs.textcraft.small import env_from_small_task
+
+        return env_from_small_task(task)
+
+    def expert(self, cfg: RunConfig) -> Policy:
+        from rao_core.envs.textcraft.small_expert import SmallExpert
+
+        return SmallExpert(cfg.policy.error_rate, cfg.policy.latency_s)
+
+
+SUITES: dict[str, type] = {"textcraft": TextCraftData, "textcraft-small": TextCraftSmallData}
 
 
 def data_dir(cfg: RunConfig) -> Path:
