@@ -1,12 +1,14 @@
 """Benchmark: score ~1,000,000 synthetic nodes from Parquet in SQL vs the plain-Python reference.
 
-    .venv/bin/python bench/score_bench.py [--nodes 1000000] [--tasks-seed 0]
+    .venv/bin/python bench/score_bench.py [--nodes 1000000] [--seed 0] [--repeat 3]
 
 Builds realistic trees (G = 8 trees per task, up to 3 children per node, depths up to 6), writes
 them as a rollouts partition with NODE_SCHEMA, then runs each side in a fresh subprocess so each
 peak RSS (ru_maxrss) is its own: `score_round` end to end (read Parquet, SQL, write the scores
 partition) and the reference (read the same Parquet columns, plain-Python Eq. 1/3/4). Both sides
 start from the same file; the reference does not even write its result, so the ratio is fair to it.
+With --repeat N each side runs N times (alternating, the scores partition removed in between) and
+the medians are compared, since a shared machine's timings vary by tens of percent.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import json
 import os
 import random
 import resource
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -85,11 +89,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=1_000_000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--child", choices=["sql", "ref"])
     ap.add_argument("--run-dir", type=Path)
     args = ap.parse_args()
     if args.child:
         return child(args.child, args.run_dir)
+    runs: dict[str, list[dict]] = {"sql": [], "ref": []}
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "bench"
         t0 = time.perf_counter()
@@ -97,16 +103,26 @@ def main() -> None:
         size = (run_dir / "rollouts" / "round=0" / "nodes.parquet").stat().st_size / 2**20
         built = time.perf_counter() - t0
         print(f"built {n:,} nodes in {built:.1f} s ({size:.0f} MiB Parquet), {os.cpu_count()} CPUs")
-        sql = spawn("sql", run_dir)
-        ref = spawn("ref", run_dir)
+        for _ in range(args.repeat):
+            shutil.rmtree(run_dir / "scores", ignore_errors=True)
+            runs["sql"].append(spawn("sql", run_dir))
+            runs["ref"].append(spawn("ref", run_dir))
+
+    def med(side: str, key: str) -> float:
+        return statistics.median(r[key] for r in runs[side])
+
+    def each(side: str) -> str:
+        return " ".join(f"{r['seconds']:.2f}" for r in runs[side])
+
+    print(f"median of {args.repeat} runs each (every run: SQL {each('sql')} s; reference {each('ref')} s)")
     print(
-        f"SQL score_round (read+score+write): {sql['seconds']:6.2f} s  peak RSS {sql['peak_rss_mb']:5.0f} MiB"
+        f"SQL score_round (read+score+write): {med('sql', 'seconds'):6.2f} s  peak RSS {med('sql', 'peak_rss_mb'):5.0f} MiB"
     )
     print(
-        f"Python reference (read+score):      {ref['seconds']:6.2f} s  peak RSS {ref['peak_rss_mb']:5.0f} MiB"
+        f"Python reference (read+score):      {med('ref', 'seconds'):6.2f} s  peak RSS {med('ref', 'peak_rss_mb'):5.0f} MiB"
     )
-    print(f"  of which the reference's Parquet read into Python: {ref['read_seconds']:.2f} s")
-    print(f"ratio reference / SQL: {ref['seconds'] / sql['seconds']:.1f}x")
+    print(f"  of which the reference's Parquet read into Python: {med('ref', 'read_seconds'):.2f} s")
+    print(f"ratio reference / SQL: {med('ref', 'seconds') / med('sql', 'seconds'):.1f}x")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from rao_core.config import ScoringConfig
 from rao_core.store.parquet import is_complete, read_partition, write_partition
@@ -38,8 +39,14 @@ SCORE_FIELDS: list[tuple[str, pa.DataType, str]] = [
 
 SCORES_SCHEMA = pa.schema([pa.field(n, t, metadata={"doc": d}) for n, t, d in SCORE_FIELDS])
 
-# Run in this order in one connection: each file builds a temp table the next one reads.
-PIPELINE = ("node_rewards", "group_baselines", "depth_counts")
+# Run in this order in one connection: each file builds a temp table the next one reads; checks.sql
+# runs after `trees` (it reads node_rewards and trees) and before anything is derived from them.
+PIPELINE = ("node_rewards", "trees", "group_baselines", "depth_counts")
+
+# Scores columns copied unchanged from the nodes file; advantages.sql computes the others. They are
+# attached by position (advantages.sql keeps the file's row order), which is much cheaper than
+# carrying the strings through DuckDB's joins: the SQL works on 64-bit keys of the ids.
+ID_COLUMNS = ["run", "round", "task_id", "tree_id", "node_id", "parent_id", "depth"]
 
 
 def rollouts_dir(run_dir: str | Path, round: int) -> Path:
@@ -71,18 +78,37 @@ def score_nodes(nodes_path: str | Path, cfg: ScoringConfig) -> pa.Table:
     """Score one round's node file; returns the scores table (rows in the nodes file's order).
 
     Raises ValueError when the trees are malformed (duplicate node ids, not exactly one root per
-    tree), since every baseline would silently be wrong otherwise.
+    tree, a tree spanning two task ids, children in another tree than their parent) or when two ids
+    share a 64-bit hash key, since every baseline would silently be wrong otherwise.
     """
     params = _params(Path(nodes_path), cfg)
     with duckdb.connect() as con:
         for name in PIPELINE:
             run_sql(con, name, params)
-            if name == "node_rewards":
-                problems = run_sql(con, "checks").fetchall()
-                if problems:
-                    raise ValueError(f"{nodes_path}: malformed trees: " + "; ".join(p for (p,) in problems))
-        table = run_sql(con, "advantages", params).to_arrow_table()
-    return table.cast(SCORES_SCHEMA)
+            if name == "trees":
+                _check(con, nodes_path, params)
+        computed = run_sql(con, "advantages", params).to_arrow_table()
+    ids = pq.read_table(nodes_path, columns=ID_COLUMNS)
+    if ids.num_rows != computed.num_rows:  # cannot happen: both read every row of the same file
+        raise RuntimeError(f"{nodes_path}: {ids.num_rows} id rows vs {computed.num_rows} scored rows")
+    columns = {
+        **{c: ids.column(c) for c in ID_COLUMNS},
+        **{c: computed.column(c) for c in computed.column_names},
+    }
+    return pa.table([columns[name] for name in SCORES_SCHEMA.names], names=SCORES_SCHEMA.names).cast(
+        SCORES_SCHEMA
+    )
+
+
+def _check(con: duckdb.DuckDBPyConnection, nodes_path: str | Path, params: dict[str, Any]) -> None:
+    """checks.sql on the keys (cheap); on a problem, checks_named.sql names the ids (slow, rare)."""
+    problems = [p for (p,) in run_sql(con, "checks", params).fetchall()]
+    if not problems:
+        return
+    named = [p for (p,) in run_sql(con, "checks_named", params).fetchall()]
+    if not named:  # the keys disagree but the strings do not: two ids share a hash
+        named = [f"{p}; no id repeats, so two ids share a 64-bit hash key" for p in problems]
+    raise ValueError(f"{nodes_path}: malformed trees: " + "; ".join(named))
 
 
 def score_round(run_dir: str | Path, round: int, cfg: ScoringConfig) -> Path:

@@ -8,34 +8,25 @@
 --                                               | 'zero_baseline' (b = 0, A = R)
 --   * every node advantage of the group is 0 -> $zero_advantage_groups: 'skip' ('zero_advantage_group')
 --                                               | 'keep'
--- drop_reason IS NULL means the tree's nodes are trained. Reads the temp table node_rewards.
+-- drop_reason IS NULL means the tree's nodes are trained. Reads only the temp table trees (one row
+-- per tree, keyed by hash(tree_id); task_key = hash(task_id)): no pass over the node rows.
 CREATE OR REPLACE TEMP TABLE tree_baselines AS
-WITH trees AS (
-    SELECT tree_id,
-           any_value(task_id) AS task_id,
-           coalesce(bool_or(tree_status = 'timeout'), false) AS timed_out,
-           any_value(reward) FILTER (WHERE parent_id IS NULL) AS root_reward,
-           any_value(status) FILTER (WHERE parent_id IS NULL) AS root_status
-    FROM node_rewards
-    GROUP BY tree_id
-),
-validity AS (
-    SELECT *,
+WITH validity AS (
+    SELECT tree_key, task_key, root_reward, reward_lo, reward_hi,
            CASE WHEN timed_out THEN 'timeout'
-                WHEN $unfinished_roots = 'drop' AND root_status IS DISTINCT FROM 'finished'
-                    THEN 'unfinished_root'
+                WHEN $unfinished_roots = 'drop' AND root_unfinished THEN 'unfinished_root'
            END AS invalid_reason
     FROM trees
 ),
 -- Group totals over valid trees only; each tree then subtracts itself (leave-one-out).
 groups AS (
     SELECT *,
-           count(*) FILTER (WHERE invalid_reason IS NULL) OVER (PARTITION BY task_id) AS n_valid,
-           sum(root_reward) FILTER (WHERE invalid_reason IS NULL) OVER (PARTITION BY task_id) AS valid_sum
+           count(*) FILTER (WHERE invalid_reason IS NULL) OVER (PARTITION BY task_key) AS n_valid,
+           sum(root_reward) FILTER (WHERE invalid_reason IS NULL) OVER (PARTITION BY task_key) AS valid_sum
     FROM validity
 ),
 baselines AS (
-    SELECT tree_id, task_id, root_reward, n_valid,
+    SELECT tree_key, task_key, root_reward, reward_lo, reward_hi, n_valid,
            CASE WHEN invalid_reason IS NOT NULL THEN NULL
                 WHEN n_valid > 1 THEN (valid_sum - root_reward) / (n_valid - 1)
                 WHEN $single_tree_groups = 'zero_baseline' THEN 0.0
@@ -46,16 +37,17 @@ baselines AS (
     FROM groups
 ),
 -- A group whose every scored node has advantage 0 carries no signal (the reference skips it).
+-- Per tree, all abs(R - b) < 1e-12 is decided exactly from the tree's min and max R (trees.sql).
 zero_groups AS (
-    SELECT b.task_id
-    FROM node_rewards r JOIN baselines b USING (tree_id)
-    WHERE b.drop_reason IS NULL
-    GROUP BY b.task_id
-    HAVING bool_and(abs(r.reward - b.baseline) < 1e-12)
+    SELECT task_key
+    FROM baselines
+    WHERE drop_reason IS NULL
+    GROUP BY task_key
+    HAVING bool_and(reward_hi - baseline < 1e-12 AND baseline - reward_lo < 1e-12)
 )
-SELECT b.tree_id, b.task_id, b.root_reward, b.n_valid, b.baseline,
-       CASE WHEN b.drop_reason IS NULL AND z.task_id IS NOT NULL AND $zero_advantage_groups = 'skip'
+SELECT b.tree_key, b.task_key, b.root_reward, b.n_valid, b.baseline,
+       CASE WHEN b.drop_reason IS NULL AND z.task_key IS NOT NULL AND $zero_advantage_groups = 'skip'
                 THEN 'zero_advantage_group'
             ELSE b.drop_reason
        END AS drop_reason
-FROM baselines b LEFT JOIN zero_groups z USING (task_id);
+FROM baselines b LEFT JOIN zero_groups z USING (task_key);
