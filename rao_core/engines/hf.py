@@ -1,0 +1,539 @@
+"""A transformers engine that batches the requests of every live node into one KV-cached decode.
+
+Why: one sequence at a time costs milliseconds of Python per token on a CPU whatever the model
+size, while a batch of 32 costs little more per step. So all nodes of all trees submit to one
+queue, and a background task runs decode steps in a worker thread (the event loop keeps running
+cells meanwhile):
+
+- continuous batching: before every step, pending requests are admitted (up to max_batch_size
+  sequences and max_batch_tokens of prompt + new tokens), prefilled together and merged into the
+  running batch; a node that comes back from its cell joins the next step, not the next batch;
+- one left-padded KV cache for the batch, with an attention mask and per-row position ids; new
+  K/V go into spare columns (DynamicLayer concatenates: a copy of the whole cache every step);
+  a row leaves as soon as it finishes (eos, stop string, max_new_tokens, context limit);
+- K/V reuse: a node's next prompt is its last prompt + reply + observation, so a finished row's
+  K/V are kept and its next turn prefills only what was appended; a new node's prompt copies the
+  beginning it shares with a stored one (the system prompt), and a wave of new prompts computes
+  their shared beginning once (vLLM's prefix caching does this by blocks);
+- on CPU, grouped-query attention stays grouped: transformers' SDPA path copies K/V per query
+  head whenever a padding mask is present; `sdpa_gqa` does not.
+
+Log-prob convention: each returned log-prob is log p(token) under the distribution actually
+sampled from, softmax(logits / T). For greedy requests (T = 0) it is the T = 1 log-softmax.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface, DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.cache_utils import DynamicLayer
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from rao_core.agent.policy import Generation, GenerationRequest, Policy
+from rao_core.models.tiny import load_checkpoint, resolve_model
+
+
+def completes_stop(ids: Sequence[int], decode: Callable[[list[int]], str], stops: Sequence[str]) -> bool:
+    """Does the text of `ids` contain a stop string near its end? Decodes only a tail window long
+    enough for the longest stop (every token holds at least one byte), so a per-step check costs
+    O(1); callers check after every token, so the first hit is at the completing token."""
+    if not stops or not ids:
+        return False
+    window = max(len(s.encode()) for s in stops) + 1
+    tail = decode(list(ids[-window:]))
+    return any(s in tail for s in stops)
+
+
+def stop_index(ids: Sequence[int], decode: Callable[[list[int]], str], stops: Sequence[str]) -> int | None:
+    """Tokens to keep: up to and including the token that completes the first stop string, or
+    None if the decoded text never contains one."""
+    for k in range(1, len(ids) + 1):
+        if completes_stop(ids[:k], decode, stops):
+            return k
+    return None
+
+
+def sdpa_gqa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kw):
+    """SDPA with grouped K/V heads kept grouped (`enable_gqa`) even under a padding mask."""
+    causal = attention_mask is None and query.shape[2] > 1  # transformers drops the mask only if kv == q
+    out = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, scale=scaling, is_causal=causal,
+        enable_gqa=query.shape[1] != key.shape[1],
+    )  # fmt: skip
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register("sdpa_gqa", sdpa_gqa)
+AttentionMaskInterface.register("sdpa_gqa", sdpa_mask)
+
+
+class _GrowLayer(DynamicLayer):
+    """A DynamicLayer that writes new K/V into spare columns: DynamicLayer concatenates, a copy of
+    the whole cache every decode step (as costly as the attention itself on a CPU)."""
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.set(key_states, value_states)
+            return self.keys, self.values
+        n, m = self.keys.shape[-2], key_states.shape[-2]
+        if n + m > self._k.shape[-2]:
+            self.set(self.keys, self.values, room=m)
+        self._k[:, :, n : n + m], self._v[:, :, n : n + m] = key_states, value_states
+        self.keys, self.values = self._k[:, :, : n + m], self._v[:, :, : n + m]
+        return self.keys, self.values
+
+    def set(self, keys: torch.Tensor, values: torch.Tensor, room: int = 0) -> None:
+        """Adopt (batch, heads, n, dim) K/V, with spare columns to grow into."""
+        b, h, n, d = keys.shape
+        self._k = keys.new_empty((b, h, n + room + max(64, n // 4), d))
+        self._v = torch.empty_like(self._k)
+        self._k[:, :, :n], self._v[:, :, :n] = keys, values
+        self.keys, self.values = self._k[:, :, :n], self._v[:, :, :n]
+        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+
+
+def _new_cache(config) -> DynamicCache:
+    cache = DynamicCache(config=config)
+    if any(type(layer) is not DynamicLayer for layer in cache.layers):
+        raise NotImplementedError("HFEngine merges KV caches: it needs full-attention layers only")
+    cache.layers = [_GrowLayer() for _ in cache.layers]
+    return cache
+
+
+@dataclass
+class EngineStats:
+    requests: int = 0
+    batches: int = 0  # forward passes (a prefill of admitted prompts, or one decode step)
+    batch_sizes: list[int] = field(default_factory=list)  # sequences in each forward pass
+    tokens_generated: int = 0
+    prompt_tokens: int = 0  # prompt tokens of admitted requests
+    prefill_tokens: int = 0  # of those, the ones computed (the rest came from reused K/V)
+    prefix_hits: int = 0
+    prefill_seconds: float = 0.0  # time in prefill forward passes (worker thread)
+    decode_seconds: float = 0.0  # time in decode forward passes
+
+
+@dataclass
+class _Seq:
+    request: GenerationRequest
+    future: asyncio.Future
+    budget: int  # new tokens allowed: min(max_new_tokens, context room)
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish: str | None = None
+    result: Generation | None = None
+
+    @property
+    def cost(self) -> int:
+        return len(self.request.prompt_ids) + self.budget
+
+
+class _Batch:
+    """The running rows: a left-padded KV cache, its attention mask, next positions, last tokens."""
+
+    def __init__(self) -> None:
+        self.seqs: list[_Seq] = []
+        self.cache: DynamicCache | None = None
+        self.mask = self.pos = self.last = torch.empty(0)
+
+    def select(self, keep: list[int]) -> None:
+        """Keep only rows `keep`, then drop leading cache columns that no remaining row attends to."""
+        if len(keep) == len(self.seqs):
+            return  # nothing left the batch: no copy
+        self.seqs = [self.seqs[i] for i in keep]
+        if not keep:
+            self.cache, self.mask = None, torch.empty(0)
+            return
+        idx = torch.tensor(keep, device=self.mask.device)
+        self.mask, self.pos, self.last = self.mask[idx], self.pos[idx], self.last[idx]
+        first = int(self.mask.any(0).int().argmax())
+        self.mask = self.mask[:, first:]
+        for layer in self.cache.layers:
+            layer.set(layer.keys[idx, :, first:], layer.values[idx, :, first:])
+
+    def extend(self, other: _Batch) -> None:
+        """Append `other`'s rows; the shorter cache is left-padded with masked zeros."""
+        if not self.seqs:
+            self.__dict__.update(other.__dict__)
+            return
+        n = max(self.mask.shape[1], other.mask.shape[1])
+
+        def pad(x: torch.Tensor, dim_from_end: int) -> torch.Tensor:
+            return F.pad(x, (0, 0) * (dim_from_end - 1) + (n - x.shape[-dim_from_end], 0))
+
+        for a, b in zip(self.cache.layers, other.cache.layers, strict=True):
+            a.set(
+                torch.cat([pad(a.keys, 2), pad(b.keys, 2)]), torch.cat([pad(a.values, 2), pad(b.values, 2)])
+            )
+        self.mask = torch.cat([pad(self.mask, 1), pad(other.mask, 1)])
+        self.pos, self.last = torch.cat([self.pos, other.pos]), torch.cat([self.last, other.last])
+        self.seqs += other.seqs
+
+    def row_kv(self, i: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Row i's K/V per layer at its real (unmasked) positions, as (kv_heads, n, head_dim)."""
+        cols = self.mask[i].nonzero().squeeze(1)
+        return [(layer.keys[i][:, cols], layer.values[i][:, cols]) for layer in self.cache.layers]
+
+
+class _Prefixes:
+    """K/V of finished rows with the tokens they cover, oldest dropped past `max_tokens` tokens.
+
+    A prompt that extends a stored conversation takes it whole (it is removed: conversations only
+    grow); otherwise the longest shared beginning of at least `min_shared` tokens (the system
+    prompt every node shares) is copied out and the entry stays."""
+
+    def __init__(self, max_tokens: int, min_shared: int = 32) -> None:
+        self.max_tokens, self.min_shared, self.tokens, self.count = max_tokens, min_shared, 0, 0
+        self.entries: dict[int, tuple[torch.Tensor, list]] = {}  # insertion-ordered: oldest first
+
+    def put(self, ids: list[int], kv: list) -> None:
+        if not ids or len(ids) > self.max_tokens:
+            return
+        self.entries[self.count] = (torch.tensor(ids), kv)
+        self.tokens, self.count = self.tokens + len(ids), self.count + 1
+        while self.tokens > self.max_tokens:
+            self.tokens -= len(self.entries.pop(next(iter(self.entries)))[0])
+
+    def take(self, prompt: list[int]) -> tuple[int, list] | None:
+        """(n, K/V of prompt[:n]) with n < len(prompt), or None."""
+        p, best, best_n = torch.tensor(prompt), None, 0
+        for key, (ids, _) in self.entries.items():
+            m = min(len(ids), len(p) - 1)
+            if m <= best_n:
+                continue
+            same = ids[:m] == p[:m]
+            n = m if bool(same.all()) else int(same.int().argmin())
+            if n > best_n:
+                best, best_n = key, n
+        if best is None:
+            return None
+        ids, kv = self.entries[best]
+        if best_n == len(ids):
+            del self.entries[best]
+            self.tokens -= best_n
+            return best_n, kv
+        if best_n < self.min_shared:
+            return None
+        return best_n, [(k[:, :best_n], v[:, :best_n]) for k, v in kv]
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.tokens = 0
+
+
+@dataclass
+class _LoopState:
+    """Per event loop: the queue, the running batch, and the task that drives it."""
+
+    pending: deque[_Seq] = field(default_factory=deque)
+    batch: _Batch = field(default_factory=_Batch)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task | None = None
+
+
+class HFEngine(Policy):
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        max_batch_size: int = 64,
+        max_batch_tokens: int = 65536,
+        context_limit: int | None = None,
+        prefix_cache_tokens: int = 65536,
+        seed: int = 0,
+        version: int = 0,
+        cpu_threads: int | None = 1,
+    ) -> None:
+        """`prefix_cache_tokens`: tokens of finished conversations whose K/V are kept (0: none).
+        `cpu_threads`: intra-op threads of the engine's worker thread on CPU (None: torch's default).
+        One is the robust choice: when cores are oversubscribed (sandboxes, other jobs), OpenMP's
+        spin-waiting made 2-thread decoding 18-25x slower on a 2-core machine. The setting is per
+        thread: the rest of the process (training) keeps its own. On CPU the model's "sdpa"
+        attention is switched to the same-math "sdpa_gqa"."""
+        self.model, self.tokenizer = model.eval(), tokenizer
+        self.device = next(model.parameters()).device
+        if model.config._attn_implementation == "sdpa" and self.device.type == "cpu":
+            model.set_attn_implementation("sdpa_gqa")  # on CUDA, masked GQA would fall back to math
+        self.max_batch_size, self.max_batch_tokens = max_batch_size, max_batch_tokens
+        self.context_limit = context_limit or model.config.max_position_embeddings
+        self.prefixes = _Prefixes(prefix_cache_tokens)
+        self.version = version
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        eos = model.generation_config.eos_token_id
+        eos = eos if isinstance(eos, list) else [eos]
+        self.eos_ids = {i for i in [*eos, tokenizer.eos_token_id] if i is not None}
+        self.stats = EngineStats()
+        _new_cache(model.config)  # fails early for sliding-window or linear-attention layers
+        self._lock = threading.Lock()  # one forward at a time; weights never change mid-step
+        threads = cpu_threads if self.device.type == "cpu" else None
+        self._executor = ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix="hf-engine",
+            initializer=torch.set_num_threads if threads else None,
+            initargs=(threads,) if threads else (),
+        )
+        self._states: dict[asyncio.AbstractEventLoop, _LoopState] = {}
+        self._inflight = 0
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, tokenizer=None, device="auto", dtype="auto", **kw) -> HFEngine:
+        model, tok = load_checkpoint(resolve_model(str(path)), device, dtype)
+        return cls(model, tokenizer or tok, **kw)
+
+    # ---- the asyncio side -------------------------------------------------------------------
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        room = self.context_limit - len(request.prompt_ids)
+        if room <= 0:
+            return Generation("", [], [], "context")
+        if request.max_new_tokens <= 0:
+            return Generation("", [], [], "length")
+        loop = asyncio.get_running_loop()
+        st = self._state(loop)
+        seq = _Seq(request, loop.create_future(), min(request.max_new_tokens, room))
+        st.pending.append(seq)
+        st.wake.set()
+        self.stats.requests += 1
+        self._inflight += 1
+        try:
+            return await seq.future
+        finally:
+            self._inflight -= 1
+
+    def _state(self, loop: asyncio.AbstractEventLoop) -> _LoopState:
+        """Each event loop gets its own queue and runner (tests and the server use several)."""
+        for other in [lp for lp in self._states if lp.is_closed()]:
+            del self._states[other]
+        st = self._states.get(loop)
+        if st is None or st.task is None or st.task.done():
+            st = self._states[loop] = _LoopState()
+            st.task = loop.create_task(self._run(st), name="hf-engine")
+        return st
+
+    async def _run(self, st: _LoopState) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not st.pending and not st.batch.seqs:
+                st.wake.clear()
+                await st.wake.wait()
+                await asyncio.sleep(0)  # let every node that is ready this tick submit too
+            for s in st.batch.seqs:
+                if s.future.done() and s.finish is None:  # its node was cancelled
+                    s.finish = "cancelled"
+            new = self._admit(st)
+            try:
+                done = await loop.run_in_executor(self._executor, self._step, st.batch, new)
+            except Exception as e:  # fail every request in the batch; the engine lives on
+                for s in st.batch.seqs + new:
+                    if not s.future.done():
+                        s.future.set_exception(e)
+                st.batch = _Batch()
+                continue
+            for s in done:
+                if not s.future.done():
+                    s.future.set_result(s.result)
+
+    def _admit(self, st: _LoopState) -> list[_Seq]:
+        used = sum(s.cost for s in st.batch.seqs)
+        new: list[_Seq] = []
+        while st.pending and len(st.batch.seqs) + len(new) < self.max_batch_size:
+            s = st.pending[0]
+            if s.future.done():
+                st.pending.popleft()
+                continue
+            if used + s.cost > self.max_batch_tokens and (st.batch.seqs or new):
+                break
+            new.append(st.pending.popleft())
+            used += s.cost
+        return new
+
+    async def close(self) -> None:
+        """Cancel what is queued or running and stop the runner tasks; the engine is done after."""
+        here = asyncio.get_running_loop()
+        for loop, st in self._states.items():
+            if loop is here:
+                for s in [*st.pending, *st.batch.seqs]:
+                    s.future.cancel()
+                st.task.cancel()
+                await asyncio.gather(st.task, return_exceptions=True)
+            elif not loop.is_closed():
+                loop.call_soon_threadsafe(st.task.cancel)
+        self._states.clear()
+        self._executor.shutdown(wait=False)
+
+    # ---- the worker-thread side -------------------------------------------------------------
+
+    @torch.inference_mode()
+    def _step(self, batch: _Batch, new: list[_Seq]) -> list[_Seq]:
+        """One decode step for the running rows, a prefill for admitted ones; returns finished rows."""
+        with self._lock:
+            batch.select([i for i, s in enumerate(batch.seqs) if s.finish is None])
+            if batch.seqs:
+                start = time.perf_counter()
+                batch.mask = F.pad(batch.mask, (0, 1), value=1)
+                logits = self._forward(batch.last[:, None], batch.mask, batch.pos[:, None], batch.cache)
+                batch.pos = batch.pos + 1
+                batch.last = self._sample(batch.seqs, logits)
+                self.stats.decode_seconds += time.perf_counter() - start
+            if new:
+                start = time.perf_counter()
+                batch.extend(self._prefill(new))
+                self.stats.prefill_seconds += time.perf_counter() - start
+            done = [i for i, s in enumerate(batch.seqs) if self._check_finish(s)]
+            for i in done:  # the cache holds prompt + all sampled tokens but the last
+                s = batch.seqs[i]
+                if self.prefixes.max_tokens > 0:
+                    self.prefixes.put(s.request.prompt_ids + s.ids[:-1], batch.row_kv(i))
+            done_seqs = [batch.seqs[i] for i in done]
+            if done:
+                batch.select([i for i, s in enumerate(batch.seqs) if s.finish is None])
+        for s in done_seqs:
+            s.result = Generation(self._decode(s.ids), s.ids, s.logprobs, s.finish)
+        return done_seqs
+
+    def _prefill(self, seqs: list[_Seq]) -> _Batch:
+        """Admitted rows, right-aligned: [pad | reused K/V | pad | tokens to compute]. Reused K/V
+        come from stored conversations, or from one pass over the beginning that the new prompts
+        share (the system prompt of a wave of new trees)."""
+        prompts = [list(s.request.prompt_ids) for s in seqs]
+        use = self.prefixes.max_tokens > 0
+        pasts = [self.prefixes.take(p) if use else None for p in prompts]
+        self.stats.prefix_hits += sum(1 for p in pasts if p)
+        fresh = [i for i, p in enumerate(pasts) if p is None]
+        if use and len(fresh) > 1:
+            shared = os.path.commonprefix([prompts[i] for i in fresh])[
+                : min(len(prompts[i]) for i in fresh) - 1
+            ]
+            if len(shared) >= self.prefixes.min_shared:
+                kv = self._kv_of(shared)
+                for i in fresh:
+                    pasts[i] = (len(shared), kv)
+        known = [p[0] if p else 0 for p in pasts]
+        todo = [p[k:] for p, k in zip(prompts, known, strict=True)]
+        n, big_p, big_s = len(seqs), max(known), max(map(len, todo))
+        ids = torch.full((n, big_s), self.tokenizer.pad_token_id or 0, dtype=torch.long)
+        pos = torch.zeros((n, big_s), dtype=torch.long)
+        mask = torch.zeros((n, big_p + big_s), dtype=torch.long)
+        for i, (k, t) in enumerate(zip(known, todo, strict=True)):
+            ids[i, big_s - len(t) :] = torch.tensor(t)
+            pos[i, big_s - len(t) :] = torch.arange(k, k + len(t))
+            mask[i, big_p - k : big_p] = 1
+            mask[i, big_p + big_s - len(t) :] = 1
+        b = _Batch()
+        b.seqs, b.mask, b.cache = list(seqs), mask.to(self.device), _new_cache(self.model.config)
+        if big_p:
+            ref = next(p for p in pasts if p)[1]
+            for j, layer in enumerate(b.cache.layers):
+                keys = ref[j][0].new_zeros((n, ref[j][0].shape[0], big_p, ref[j][0].shape[-1]))
+                values = torch.zeros_like(keys)
+                for i, p in enumerate(pasts):
+                    if p:
+                        keys[i, :, big_p - known[i] :], values[i, :, big_p - known[i] :] = p[1][j]
+                layer.set(keys, values, room=big_s)
+        pos = pos.to(self.device)
+        logits = self._forward(ids.to(self.device), b.mask, pos, b.cache)
+        b.pos, b.last = pos[:, -1] + 1, self._sample(seqs, logits)
+        self.stats.prompt_tokens += sum(map(len, prompts))
+        self.stats.prefill_tokens += sum(map(len, todo))
+        return b
+
+    def _kv_of(self, ids: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """K/V of one token sequence, computed in one pass."""
+        cache = _new_cache(self.model.config)
+        t = torch.tensor([ids], device=self.device)
+        self._forward(t, torch.ones_like(t), torch.arange(len(ids), device=self.device)[None], cache)
+        self.stats.prefill_tokens += len(ids)
+        return [(layer.keys[0], layer.values[0]) for layer in cache.layers]
+
+    def _forward(self, ids, mask, pos, cache) -> torch.Tensor:
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=pos,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        self.stats.batches += 1
+        self.stats.batch_sizes.append(ids.shape[0])
+        return out.logits[:, -1].float()
+
+    def _sample(self, seqs: list[_Seq], logits: torch.Tensor) -> torch.Tensor:
+        """Greedy (T = 0) or ancestral sampling per row; log-probs under softmax(logits / T)."""
+        temps = [s.request.temperature for s in seqs]
+        t = torch.tensor([x if x > 0 else 1.0 for x in temps], device=logits.device)
+        logp = torch.log_softmax(logits / t[:, None], dim=-1)
+        tok = logp.argmax(-1)
+        if any(x > 0 for x in temps):
+            drawn = torch.multinomial(logp.exp(), 1, generator=self.generator).squeeze(1)
+            tok = torch.where(torch.tensor([x > 0 for x in temps], device=tok.device), drawn, tok)
+        lp = logp.gather(1, tok[:, None]).squeeze(1)
+        for s, i, v in zip(seqs, tok.tolist(), lp.tolist(), strict=True):
+            s.ids.append(i)
+            s.logprobs.append(v)
+        self.stats.tokens_generated += len(seqs)
+        return tok
+
+    def _check_finish(self, s: _Seq) -> bool:
+        if s.finish is not None:
+            return True
+        if s.ids[-1] in self.eos_ids or completes_stop(s.ids, self._decode, s.request.stop):
+            s.finish = "stop"
+        elif len(s.ids) >= s.request.max_new_tokens:
+            s.finish = "length"
+        elif len(s.ids) >= s.budget:
+            s.finish = "context"
+        return s.finish is not None
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    # ---- weights -----------------------------------------------------------------------------
+
+    def set_weights(self, source: str | Path | dict[str, torch.Tensor], version: int | None = None) -> None:
+        """Swap in new weights between rounds (a checkpoint folder or a state dict), in place.
+        Refuses while requests are in flight: a reply must come from one policy version."""
+        if self._inflight:
+            raise RuntimeError(
+                f"set_weights with {self._inflight} requests in flight; call it between rounds"
+            )
+        state = source if isinstance(source, dict) else _read_safetensors(Path(source))
+        with self._lock:
+            missing, unexpected = self.model.load_state_dict(state, strict=False)
+            self.prefixes.clear()  # K/V computed by the old weights
+        tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
+        if unexpected or set(missing) - tied:
+            raise ValueError(f"checkpoint does not fit the model: missing {missing}, unexpected {unexpected}")
+        self.version = self.version + 1 if version is None else version
+
+    def load_checkpoint(self, path: str | Path, version: int | None = None) -> None:
+        self.set_weights(Path(path), version)
+
+    async def update_weights(self, path: str | Path, version: int | None = None) -> None:
+        """The async form shared with VLLMEngine; reads the files off the event loop."""
+        await asyncio.get_running_loop().run_in_executor(
+            self._executor, self.set_weights, Path(path), version
+        )
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors weights in {path}")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    return state

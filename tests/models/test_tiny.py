@@ -1,0 +1,72 @@
+"""The bootstrap model: a config vLLM can load, seeded builds, atomic checkpoints, 'tiny' caching."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rao_core.models.tiny import (
+    build_tiny_model,
+    load_checkpoint,
+    resolve_model,
+    save_checkpoint,
+    tiny_config,
+)
+from rao_core.models.tokenizer import tiny_tokenizer
+
+TOK = tiny_tokenizer()
+SMALL = dict(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=128)
+
+
+def same_weights(a, b) -> bool:
+    return all(
+        torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True)
+    )
+
+
+def test_config_fits_tokenizer_and_vllm():
+    cfg = tiny_config(TOK)
+    assert cfg.vocab_size == len(TOK) and cfg.tie_word_embeddings
+    assert cfg.head_dim >= 32 and cfg.num_attention_heads % cfg.num_key_value_heads == 0
+    assert cfg.eos_token_id == TOK.eos_token_id and cfg.pad_token_id == TOK.pad_token_id
+    assert tiny_config(TOK, hidden=64, heads=4).head_dim == 32  # raised to vLLM's minimum
+
+
+def test_build_is_seeded_and_leaves_global_rng_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(1)
+    torch.manual_seed(123)
+    a = build_tiny_model(TOK, seed=0, **SMALL)
+    assert torch.equal(torch.rand(1), expected)
+    assert same_weights(a, build_tiny_model(TOK, seed=0, **SMALL))
+    assert not same_weights(a, build_tiny_model(TOK, seed=1, **SMALL))
+    assert a.lm_head.weight.data_ptr() == a.model.embed_tokens.weight.data_ptr()  # tied
+
+
+def test_checkpoint_round_trip_and_atomic_overwrite(tmp_path):
+    path = tmp_path / "ckpt"
+    first = build_tiny_model(TOK, seed=0, **SMALL)
+    save_checkpoint(first, TOK, path)
+    second = build_tiny_model(TOK, seed=1, **SMALL)
+    save_checkpoint(second, TOK, path)  # replaces the folder whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no temporary folders left
+    model, tok = load_checkpoint(path, "cpu", "float32")
+    assert same_weights(model, second) and not model.training
+    assert tok.chat_template == TOK.chat_template and tok.encode("craft m0_i1_2") == TOK.encode(
+        "craft m0_i1_2"
+    )
+    half, _ = load_checkpoint(path, "cpu", "bfloat16")
+    assert half.dtype == torch.bfloat16
+
+
+def test_resolve_model_caches_tiny(tmp_path):
+    path = resolve_model("tiny", tmp_path)
+    assert path.parent == tmp_path and path.name.startswith("tiny-")
+    stamp = (path / "model.safetensors").stat().st_mtime_ns
+    assert resolve_model("tiny", tmp_path) == path
+    assert (path / "model.safetensors").stat().st_mtime_ns == stamp  # built once
+    model, _ = load_checkpoint(path, "cpu")
+    assert same_weights(model, build_tiny_model(TOK, seed=0))
+    assert resolve_model(str(path)) == path
+    with pytest.raises(FileNotFoundError):
+        resolve_model(str(tmp_path / "missing"))
