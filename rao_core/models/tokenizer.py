@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import random
+import string
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -52,12 +53,25 @@ def default_corpus(n_lines: int = 4000, seed: int = 0) -> Iterable[str]:
             f"finish('Crafted {rng.randint(1, 4)} {c}')\n</python>"
         )
         yield f"[{{'item': '{a}', 'is_base': False, 'recipe': {{'ingredients': {{'{b}': 2}}, 'output': 1}}}}]"
+        s, t, u = (f"{rng.choice(string.ascii_lowercase)}{rng.randint(1, 99)}" for _ in range(3))
+        yield (
+            f"Goal: make {s}\n<python>\ninfo('{s}')\n</python>\n{s} <- {t}, {u}; have 0; missing {t}\n"
+            f"<python>\nsub('{t}')\n</python>\ndone\n<python>\ncraft('{s}')\n</python>\ncrafted {s}; have 1\n"
+            f"<python>\nfinish('done')\n</python>\n{u} is raw; have 2\nunknown item {s}\nError: missing {u}"
+        )
 
 
 def train_tokenizer(corpus: Iterable[str], vocab_size: int = 512) -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE())
+    # Spaces are tokens of their own, so a name is the same tokens after a space, a quote or a
+    # bracket: `make b92` and `info('b92')` both spell b, 9, 2. A tiny model must copy names from its
+    # goal and from tool output into its actions, and cannot learn to map ' b' onto 'b'.
     tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+        [
+            pre_tokenizers.Split(" ", behavior="isolated"),
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False),
+        ]
     )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
