@@ -23,6 +23,8 @@ class ReplyFormat:
         """A reply in this format (scripted policies write their cells through it)."""
         if self.name == "thought_python":
             return f"<thought>{thought}</thought>\n<python>\n{code}\n</python>"
+        if self.name == "python":
+            return f"<python>\n{code}\n</python>"
         return f"{thought}\n```python\n{code}\n```"
 
 
@@ -36,6 +38,14 @@ FORMATS = {
             "Each reply: a short reasoning in <thought>...</thought>, then exactly one Python cell in "
             "<python>...</python>. The cell runs in a persistent REPL; what it prints comes back to you."
         ),
+    ),
+    # Terse, for tiny models that read and write every token: a thought buys them nothing.
+    "python": ReplyFormat(
+        name="python",
+        stop=("</python>",),
+        cell_pattern=re.compile(r"<python>\n?(.*?)\n?</python>", re.S),
+        thought_pattern=None,
+        instructions="Reply with one Python cell in <python>...</python>; you see its output.",
     ),
     "markdown": ReplyFormat(
         name="markdown",

@@ -46,3 +46,9 @@ def test_truncate_keeps_head_and_tail():
     out = truncate(text, 60)
     assert out.startswith("a" * 40) and out.endswith("b" * 20) and "cut" in out
     assert truncate("short", 60) == "short"
+
+
+def test_python_format():
+    fmt = get_format("python")
+    parsed = parse_reply(fmt.wrap("ignored", "info('a1')"), fmt)
+    assert (parsed.code, parsed.thought) == ("info('a1')", "")
