@@ -60,7 +60,9 @@ def bench_world(longest: int = 34) -> tuple[World, str, list[int]]:
 def fan_out_seconds(world, target: str, parallel: bool, latency: float) -> tuple[float, list]:
     env = TextCraftEnv(world, Inventory(base_needs(world, {target: 1})), {target: 1})
     policy = TextCraftExpert(world, latency_s=latency, parallel=parallel, inspect=False)
-    cfg = AgentConfig(max_depth=1, max_steps=40, tree_timeout_s=600)
+    cfg = AgentConfig(
+        max_depth=1, max_steps=40, tree_timeout_s=600, reply_format="thought_python", max_context_tokens=8192
+    )
     tree = TreeRun(TreeSpec("bench", 0, env), policy, ChatFraming(tiny_tokenizer()), cfg, SandboxConfig())
     start = time.perf_counter()
     asyncio.run(tree.run())
@@ -88,7 +90,12 @@ def main() -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = RunConfig(runs_dir=tmp, run_name="bench")
+        cfg = RunConfig(runs_dir=tmp, run_name="bench", suite="textcraft")
+        cfg.policy.kind, cfg.agent.reply_format, cfg.agent.max_context_tokens = (
+            "scripted",
+            "thought_python",
+            8192,
+        )
         cfg.rollout.difficulty, cfg.rollout.num_tasks, cfg.rollout.group_size = "medium", args.trees // 2, 2
         cfg.policy.error_rate = 0.0
         start = time.perf_counter()

@@ -13,7 +13,15 @@ from rao_core.config import RunConfig, load_config
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-TOY = [
+TOY = [  # the reference profile on a toy world, whatever the embedded defaults are
+    "suite=textcraft",
+    "agent.reply_format=thought_python",
+    "agent.max_context_tokens=8192",
+    "agent.max_new_tokens=512",
+    "agent.max_steps=25",
+    "policy.kind=scripted",
+    "policy.model=tiny",
+    "policy.error_rate=0.1",
     "world.domains=2",
     "world.max_tier=6",
     "world.items_per_tier=6",

@@ -54,7 +54,13 @@ CHAT = ChatFraming(tiny_tokenizer())
 
 
 def run_tree(policy, env=None, **agent) -> TreeRun:
-    cfg = AgentConfig(**{"cell_timeout_s": 5.0, "tree_timeout_s": 60.0, **agent})
+    base = {
+        "cell_timeout_s": 5.0,
+        "tree_timeout_s": 60.0,
+        "reply_format": "thought_python",
+        "max_context_tokens": 8192,
+    }
+    cfg = AgentConfig(**{**base, **agent})
     tree = TreeRun(TreeSpec("t", 0, env or NoteEnv("say ok")), policy, CHAT, cfg, SandboxConfig())
     asyncio.run(tree.run())
     return tree
