@@ -7,7 +7,7 @@ import torch
 from rao_core.agent.policy import GenerationRequest
 from rao_core.models.tiny import build_tiny_model
 
-CHAIN_TEXT = "ok</python> tail words"  # every token distinct, so "next token" is a function
+CHAIN_TEXT = "ok</python> tailwords"  # every token distinct, so "next token" is a function
 
 
 def small_model(tok, seed: int = 0):
