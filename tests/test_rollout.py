@@ -18,6 +18,7 @@ from rao_core.cli import main
 from rao_core.rollout import load_round, rollout_dir, rollout_round, summarize
 from rao_core.store.parquet import clean_temporaries, is_complete, write_partition
 from rao_core.store.schema import NODE_SCHEMA
+from tests.conftest import TOY
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,13 +98,14 @@ def test_interrupted_write_leaves_nothing_visible(tmp_path, monkeypatch):
 
 def test_killed_rollout_never_shows_a_partial_partition(tmp_path):
     """SIGKILL a real `rao rollout` mid-run: either no partition or a complete one, then resume."""
-    args = [
-        sys.executable, "-m", "rao_core.cli", "rollout", "--no-progress",
-        "--set", f"runs_dir={tmp_path}",
-        "--set", "world.domains=2", "--set", "world.max_tier=6", "--set", "world.items_per_tier=6",
-        "--set", "world.cross_domain_items=0", "--set", "rollout.num_tasks=4", "--set", "rollout.group_size=2",
-        "--set", "policy.latency_s=0.05",
-    ]  # fmt: skip
+    sets = [
+        f"runs_dir={tmp_path}",
+        *TOY,
+        "rollout.num_tasks=4",
+        "rollout.group_size=2",
+        "policy.latency_s=0.05",
+    ]
+    args = [sys.executable, "-m", "rao_core.cli", "rollout", "--no-progress", *_flags(sets)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     data = tmp_path / "default" / "data" / "textcraft" / "val.parquet"
@@ -126,6 +128,10 @@ def test_killed_rollout_never_shows_a_partial_partition(tmp_path):
     assert not [p for p in _python_children_of(proc.pid)]
 
 
+def _flags(sets: list[str]) -> list[str]:
+    return [a for s in sets for a in ("--set", s)]
+
+
 def _python_children_of(pid: int) -> list[int]:
     out = []
     for status in Path("/proc").glob("[0-9]*/status"):
@@ -140,17 +146,15 @@ def _python_children_of(pid: int) -> list[int]:
 
 def test_cli_rollout_and_bad_config(toy, capsys, tmp_path):
     cfg = toy()
-    code = main(["rollout", "--no-progress", "--set", f"runs_dir={tmp_path}", "--set", "world.domains=2",
-                 "--set", "world.max_tier=6", "--set", "world.items_per_tier=6",
-                 "--set", "world.cross_domain_items=0", "--set", "rollout.num_tasks=1"])  # fmt: skip
+    code = main(["rollout", "--no-progress", *_flags([f"runs_dir={tmp_path}", *TOY, "rollout.num_tasks=1"])])
     assert code == 0 and "root_success" in capsys.readouterr().out
     assert is_complete(rollout_dir(cfg, 0))
     code = main(["rollout", "--set", "agent.max_steps=zero"])
     err = capsys.readouterr().err
     assert code == 2 and err.strip() == "config error: agent.max_steps: expected int, got 'zero'"
-    code = main(["rollout", "--set", "rollout.difficulty=extreme", "--set", f"runs_dir={tmp_path}",
-                 "--set", "world.domains=2", "--set", "world.max_tier=6", "--set", "world.items_per_tier=6",
-                 "--set", "world.cross_domain_items=0", "--set", "run_name=other"])  # fmt: skip
+    code = main(
+        ["rollout", *_flags([f"runs_dir={tmp_path}", *TOY, "rollout.difficulty=extreme", "run_name=other"])]
+    )
     assert code == 2 and "no train tasks of difficulty 'extreme'" in capsys.readouterr().err
 
 
