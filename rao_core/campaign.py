@@ -67,9 +67,9 @@ def stage_warm_start(cfg: RunConfig, progress: bool = False) -> Path:
         and path.parent == cfg.run_dir / "checkpoints"
         and not checkpoint_complete(path)
     ):
-        from rao_core.train.warmstart import warm_start
+        from rao_core.train.warmstart import WarmStartConfig, warm_start
 
-        warm_start(cfg.warmstart, path, progress=progress)
+        warm_start(WarmStartConfig(), path, progress=progress)
     return path
 
 

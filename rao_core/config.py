@@ -66,7 +66,7 @@ class AgentConfig:
     loop_guard: int = opt(4, "end a node that sends the same cell this many times in a row")
     max_observation_chars: int = opt(2000, "cell output beyond this is truncated")
     max_calls_per_cell: int = opt(200, "tool and launch calls one cell may make")
-    reply_format: str = opt("thought_python", "reply format profile, see rao_core.agent.parsing")
+    reply_format: str = opt("thought_python", "reply format: thought_python (reference), python (terse), markdown")
 
 
 @dataclass
@@ -84,7 +84,11 @@ class PolicyConfig:
     """Which policy writes the cells, and how it samples."""
 
     kind: Literal["scripted", "hf", "vllm", "openai"] = opt("scripted", "scripted expert or a model engine")
-    model: str = opt("tiny", "'tiny' (the bootstrap model) or a local Hugging Face folder")
+    model: str = opt(
+        "tiny",
+        "a checkpoint shipped in rao_core/models/checkpoints, 'warmstart' (train one in this run), "
+        "'tiny' (untrained bootstrap model) or a local Hugging Face folder",
+    )
     tokenizer: str = opt("tiny", "'tiny' builds the bootstrap tokenizer; else a local HF folder")
     temperature: float = opt(1.0, "sampling temperature of rollouts (0 = greedy)")
     error_rate: float = opt(0.1, "scripted expert: chance per turn of a plausible mistake")
@@ -158,8 +162,8 @@ class TrainConfig:
 class EvalConfig:
     """Held-out evaluation after each round (greedy by default, one tree per task)."""
 
-    num_tasks: int = opt(16, "validation tasks per difficulty")
-    difficulty: str = opt("easy,medium", "difficulties evaluated (comma list)")
+    num_tasks: int = opt(32, "validation tasks per difficulty")
+    difficulty: str = opt("easy,medium,hard", "difficulties evaluated (comma list)")
     temperature: float = opt(0.0, "sampling temperature of evaluation (0 = greedy)")
 
 
