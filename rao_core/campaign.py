@@ -194,7 +194,7 @@ def round_report(cfg: RunConfig, round_: int) -> dict[str, Any]:
     train = json.loads(train_path.read_text()) if train_path.is_file() else {}
     evaluation = summarize_eval(cfg.run_dir / "eval" / f"round={round_ + 1}")
     return {
-        "eval": {k: v for k, v in evaluation.items()},
+        "eval": evaluation,
         "rollout": {k: v for k, v in rollout.items() if k != "statuses"},
         "scores": {
             **{k: v for k, v in scores.items() if k not in ("round", "dropped_trees")},

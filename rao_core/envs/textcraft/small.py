@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 import string
 from collections import Counter
 from collections.abc import Callable
@@ -31,7 +30,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rao_core.agent.parsing import FORMATS, ReplyFormat
 from rao_core.envs.base import Environment, LaunchError
 from rao_core.envs.textcraft.env import Inventory
 from rao_core.envs.textcraft.tasks import _atomic
@@ -41,20 +39,6 @@ VAL_SEED_BASE = 1 << 40  # training worlds use seeds below, validation worlds at
 RAW_PER_WORLD = (4, 7)
 ITEMS_PER_TIER = (2, 3)
 N_INGREDIENTS = ((1, 2, 3), (3, 5, 2))  # values, weights
-
-# A terse reply format: the tiny model reads and writes every token, and a thought buys it nothing.
-PYTHON_FORMAT = ReplyFormat(
-    name="python",
-    stop=("</python>",),
-    cell_pattern=re.compile(r"<python>\n?(.*?)\n?</python>", re.S),
-    thought_pattern=None,
-    instructions="Reply with one Python cell in <python>...</python>; you see its output.",
-)
-FORMATS.setdefault(PYTHON_FORMAT.name, PYTHON_FORMAT)  # registered on import (see docs/small-profile.md)
-
-
-def wrap_python(code: str) -> str:
-    return f"<python>\n{code}\n</python>"
 
 
 # --- the world ----------------------------------------------------------------------------------
@@ -214,9 +198,10 @@ def load_small_tasks(path: str | Path) -> list[SmallTask]:
 
 
 # --- the environment ----------------------------------------------------------------------------
-TOOL_DOCS = "info(x): recipe of x, your count, missing ingredients.\ncraft(x): make one x."
-SUB_DOCS = "\nsub(x): a sub-agent makes one x; returns done or failed."
-FINISH_DOCS = "\nfinish('done') when you made the goal."
+# Short on purpose: a tiny model reads these tokens in every node of every episode.
+TOOL_DOCS = "info(x): recipe, count, missing. craft(x): make one x."
+SUB_DOCS = " sub(x): a sub-agent makes one x."
+FINISH_DOCS = " Then finish('done')."
 
 
 class SmallEnv(Environment):
@@ -230,7 +215,7 @@ class SmallEnv(Environment):
         self.start_count = inventory.get(target)
 
     def goal_text(self) -> str:
-        return f"make {self.target}"
+        return f"make {_q(self.target)}"
 
     def targets(self) -> dict[str, int]:
         return {self.target: 1}
@@ -245,9 +230,9 @@ class SmallEnv(Environment):
         if args or kwargs:
             raise LaunchError("sub takes one item name")
         if not isinstance(name, str) or name not in self.world.tiers:
-            raise LaunchError(f"unknown item {name}")
+            raise LaunchError(f"unknown item {_q(name)}")
         if self.world.is_raw(name):
-            raise LaunchError(f"{name} is raw")
+            raise LaunchError(f"{_q(name)} is raw")
         return SmallEnv(self.world, self.inventory, name)
 
     def success(self, finished: bool, finish_message: str) -> float:
@@ -264,24 +249,34 @@ class SmallEnv(Environment):
 
     def info(self, name: Any = None, *_: Any, **__: Any) -> str:
         if not isinstance(name, str) or name not in self.world.tiers:
-            return f"unknown item {name}"
+            return f"unknown item {_q(name)}"
         have = self.inventory.get(name)
         if self.world.is_raw(name):
-            return f"{name} is raw; have {have}"
-        recipe = ", ".join(self.world.recipes[name])
-        return f"{name} <- {recipe}; have {have}; missing {', '.join(self.missing(name)) or 'none'}"
+            return f"{_q(name)} is raw; have {have}"
+        recipe, missing = _qs(self.world.recipes[name]), _qs(self.missing(name)) or "none"
+        return f"{_q(name)} <- {recipe}; have {have}; missing {missing}"
 
     def craft(self, name: Any = None, *_: Any, **__: Any) -> str:
         if not isinstance(name, str) or name not in self.world.tiers:
-            return f"Error: unknown item {name}"
+            return f"Error: unknown item {_q(name)}"
         if self.world.is_raw(name):
-            return f"Error: {name} is raw"
+            return f"Error: {_q(name)} is raw"
         if lacking := self.missing(name):
-            return f"Error: missing {', '.join(lacking)}"
+            return f"Error: missing {_qs(lacking)}"
         for ing in self.world.recipes[name]:
             self.inventory.remove(ing, 1)
         self.inventory.add(name, 1)
-        return f"crafted {name}; have {self.inventory.get(name)}"
+        return f"crafted {_q(name)}; have {self.inventory.get(name)}"
+
+
+def _q(name: Any) -> str:
+    """A name as shown to the model: bare, like `e73` (the tokenizer spells it the same in a goal,
+    in tool output and in a cell); anything else as its short repr."""
+    return name if isinstance(name, str) and name.isidentifier() and len(name) <= 8 else repr(name)[:20]
+
+
+def _qs(names: Any) -> str:
+    return ", ".join(_q(n) for n in names)
 
 
 def env_from_small_task(task: SmallTask) -> SmallEnv:
