@@ -1,0 +1,99 @@
+"""A scripted expert for the small TextCraft profile: one short action per cell, recursive or flat.
+
+It is an oracle on the environment's state, but every action is a real cell run by the runtime, so
+its trees are exactly what a model would produce:
+
+  recursive: info(goal) -> sub(x) for each missing ingredient -> craft(goal) -> finish('done')
+  flat:      the same walk as a stack in one context: info before each craft, crafts in post-order
+
+With `error_rate` > 0 it slips the way the tiny model does (a misspelt name, a forgotten ingredient,
+a craft too early) and then repairs from the error it reads, so the data shows recovery. Those slip
+turns are remembered in `mistakes` (node id -> turn indices) so the warm start can keep them out of
+the loss while still training on the repair.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from rao_core.agent.parsing import get_format
+from rao_core.agent.policy import Generation, GenerationRequest, NodeState, Policy
+from rao_core.envs.textcraft.small import SmallEnv
+
+FORMAT = get_format("python")  # terse: a thought buys a tiny model nothing
+
+
+@dataclass
+class _Frame:
+    """One item being made in this context: look it up, get what is missing, craft it."""
+
+    item: str
+    todo: list[str] = field(default_factory=list)
+    looked_up: bool = False
+    craft_from: int | None = None  # the item's count when craft(item) was sent
+    slipped: bool = False  # at most one slip per item, so a slip is never repeated into a loop
+
+
+class SmallExpert(Policy):
+    def __init__(self, error_rate: float = 0.0, latency_s: float = 0.0) -> None:
+        self.error_rate, self.latency_s = error_rate, latency_s
+        self.mistakes: dict[str, set[int]] = {}
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        code, slip = self.next_cell(request.node)
+        if slip:
+            self.mistakes.setdefault(request.node.node_id, set()).add(request.node.turn)
+        return Generation(text=FORMAT.wrap("", code))
+
+    def _slip(self, node: NodeState, frame: _Frame) -> bool:
+        if frame.slipped or self.error_rate <= 0 or node.rng.random() >= self.error_rate:
+            return False
+        frame.slipped = True
+        return True
+
+    def next_cell(self, node: NodeState) -> tuple[str, bool]:
+        """(cell, whether it is a deliberate mistake)."""
+        env: SmallEnv = node.env  # type: ignore[assignment]
+        stack: list[_Frame] = node.memory.setdefault("stack", [_Frame(env.target)])
+        if not stack:
+            return "finish('done')", False
+        top = stack[-1]
+        if top.craft_from is not None:  # last turn crafted top.item: did it work?
+            if env.inventory.get(top.item) > top.craft_from:
+                stack.pop()
+                return self.next_cell(node)
+            top.todo, top.craft_from = env.missing(top.item), None  # repair: fetch what was missing
+        if not top.looked_up:
+            typo = _typo(top.item, env)
+            if typo and self._slip(node, top):  # a misspelt lookup ("unknown item"), then the right one
+                return f"info({typo!r})", True
+            top.looked_up, top.todo = True, env.missing(top.item)
+            if top.todo and self._slip(node, top):
+                top.todo = top.todo[1:]  # forgets one ingredient: the craft will say what is missing
+            return f"info({top.item!r})", False
+        if top.todo:
+            if self._slip(node, top):  # crafts too early: the error names the missing ingredients
+                return self._craft(top, env)
+            item = top.todo.pop(0)
+            if node.recursive and node.depth < node.max_depth:
+                return f"sub({item!r})", False
+            stack.append(_Frame(item))
+            return self.next_cell(node)
+        return self._craft(top, env)
+
+    @staticmethod
+    def _craft(top: _Frame, env: SmallEnv) -> tuple[str, bool]:
+        """A craft is a mistake exactly when an ingredient is still missing."""
+        top.craft_from = env.inventory.get(top.item)
+        return f"craft({top.item!r})", bool(env.missing(top.item))
+
+
+def _typo(name: str, env: SmallEnv) -> str | None:
+    """A plausible misspelling that names no item of this world (a copy slip)."""
+    for typo in (name[:-1], name[0] + name[-1], name + name[-1]):
+        if typo not in env.world.tiers and len(typo) >= 2:
+            return typo
+    return None

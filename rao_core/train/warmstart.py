@@ -1,0 +1,407 @@
+"""Warm start: supervised training of the tiny model on the scripted expert's trees, then a closed-loop
+evaluation on unseen worlds (small TextCraft profile, docs/small-profile.md).
+
+  expert trees through the real runtime (fresh world per episode, recursive and flat)
+  -> one SFT example per node (its token ids; loss on its own action tokens only)
+  -> TRL's SFTTrainer on a wall-clock budget -> checkpoint -> evaluation with the batching engine
+
+Why the trainer is subclassed: every node's transcript starts with the same system prompt, which is
+most of its tokens (about 330 of 490 for a recursive node). Batches are grouped by shape (recursive
+or flat) and length, the prompt prefix the batch shares is run once and its KV cache is expanded over
+the batch, so each example costs only its own tokens. The loss is the same token-level CE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import shutil
+import string
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from datasets import Dataset
+from transformers import TrainerCallback
+from trl import SFTConfig, SFTTrainer
+
+from rao_core.agent.policy import Policy
+from rao_core.agent.prompts import ChatFraming
+from rao_core.agent.sandbox import shutdown_sandboxes
+from rao_core.agent.tree import TreeRun, TreeSpec
+from rao_core.config import AgentConfig, SandboxConfig, opt
+from rao_core.envs.textcraft.small import (
+    SMALL_DIFFICULTIES,
+    env_from_small_task,
+    make_small_task,
+    make_small_tasks,
+    train_seed,
+)
+from rao_core.envs.textcraft.small_expert import SmallExpert
+from rao_core.eval.metrics import wilson_interval
+from rao_core.models.tiny import build_tiny_model, save_checkpoint
+from rao_core.models.tokenizer import tiny_tokenizer
+
+MODES = {"recursive": "recursive", "flat": "single"}  # report name -> AgentConfig.mode
+
+
+@dataclass
+class WarmStartConfig:
+    """Every default of the warm-start stage (the shipped checkpoint's command overrides none)."""
+
+    seed: int = opt(0, "seed of the model init, the training worlds and the data order")
+    hidden: int = opt(128, "model width (0.5-2M parameters train fastest per minute on 2 cores)")
+    layers: int = opt(4, "transformer layers")
+    heads: int = opt(4, "attention heads")
+    kv_heads: int = opt(2, "key/value heads")
+    intermediate: int = opt(384, "MLP width")
+    context: int = opt(2048, "max tokens per node (model positions, runtime budget, SFT max length)")
+    recursive_episodes: int = opt(2500, "expert trees in the recursive shape (several nodes each)")
+    flat_episodes: int = opt(3000, "expert trees in the flat shape (one node each)")
+    recursive_tiers: list = opt([2, 3, 3, 4], "target tiers of recursive trees, sampled uniformly")
+    flat_tiers: list = opt([1, 2, 2, 2, 3], "target tiers of flat trees, sampled uniformly")
+    error_rate: float = opt(0.04, "expert slips per turn (each followed by its repair; slips get no loss)")
+    max_minutes: float = opt(10.0, "wall-clock budget of training, drill included")
+    max_steps: int = opt(-1, "optimizer steps (-1: until max_minutes or epochs run out)")
+    epochs: float = opt(4.0, "passes over the data at most")
+    batch_size: int = opt(8, "sequences per optimizer step (small: many steps per minute)")
+    lr: float = opt(2e-3, "peak learning rate (AdamW)")
+    warmup: float = opt(0.03, "fraction of the budget spent warming the learning rate up")
+    decay: float = opt(0.2, "final fraction of the budget over which the lr decays linearly")
+    min_lr_ratio: float = opt(0.1, "the decay ends at lr * min_lr_ratio")
+    drill_steps: int = opt(1500, "stage 0, copy drill: at most this many steps of batch 16 (0: no drill)")
+    drill_stop_loss: float = opt(0.05, "stage 0 ends once its loss is below this")
+    weight_decay: float = opt(0.0, "AdamW weight decay")
+    eval_tasks: int = opt(100, "held-out tasks per difficulty and mode (0: skip evaluation)")
+    eval_difficulties: list = opt(list(SMALL_DIFFICULTIES), "difficulties to evaluate")
+    eval_seed: int = opt(0, "seed of the held-out task sample")
+    max_concurrent_trees: int = opt(64, "trees in flight at once (expert data and evaluation)")
+    max_batch_size: int = opt(64, "engine sequences per decode step")
+    threads: int = opt(1, "torch CPU threads: on a shared 2-core machine 2 threads oversubscribe (5x slower)")
+
+
+def agent_config(mode: str, context: int) -> AgentConfig:
+    """Budgets for both shapes: enough steps for a flat tier-5 expert episode (~35 actions)."""
+    return AgentConfig(
+        mode=MODES[mode], max_depth=6, max_steps=40, max_children=8, max_nodes=64, max_context_tokens=context,
+        max_new_tokens=32, cell_timeout_s=10.0, tree_timeout_s=1800.0, reply_format="python",
+    )  # fmt: skip
+
+
+async def _run_trees(jobs: list[tuple[str, TreeSpec]], policy: Policy, chat: ChatFraming, context: int,
+                     concurrency: int, temperature: float, on_done=None) -> list[tuple[str, TreeRun]]:  # fmt: skip
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(mode: str, spec: TreeSpec) -> tuple[str, TreeRun]:
+        async with gate:
+            run = TreeRun(spec, policy, chat, agent_config(mode, context), SandboxConfig(), temperature)
+            await run.run()
+        if on_done:
+            on_done()
+        return mode, run
+
+    try:
+        return list(await asyncio.gather(*(one(m, s) for m, s in jobs)))
+    finally:
+        await shutdown_sandboxes()
+
+
+# --- data ---------------------------------------------------------------------------------------
+def expert_examples(cfg: WarmStartConfig, chat: ChatFraming) -> list[dict]:
+    """One example per successful node of the expert's trees; slip turns are masked out of the loss."""
+    rng = random.Random(f"warmstart:{cfg.seed}")
+    jobs = []
+    for mode, n, tiers in (("recursive", cfg.recursive_episodes, cfg.recursive_tiers),
+                           ("flat", cfg.flat_episodes, cfg.flat_tiers)):  # fmt: skip
+        for i in range(n):
+            task = make_small_task(train_seed(rng), rng.choice(tiers), "train")
+            jobs.append((mode, TreeSpec(f"ws-{mode}-{i}", 0, env_from_small_task(task), task.difficulty)))
+    expert = SmallExpert(error_rate=cfg.error_rate)
+    runs = asyncio.run(_run_trees(jobs, expert, chat, cfg.context, cfg.max_concurrent_trees, 1.0))
+    rows = []
+    for mode, run in runs:
+        for r in run.records:
+            if r.success < 1 or len(r.token_ids) > cfg.context:
+                continue
+            mask, slips, turn, prev = list(r.action_mask), expert.mistakes.get(r.node_id, set()), -1, 0
+            for i, m in enumerate(r.action_mask):
+                turn += m and not prev  # a run of action tokens is one turn
+                prev = m
+                if m and turn in slips:
+                    mask[i] = 0
+            rows.append({"input_ids": r.token_ids, "assistant_masks": mask, "mode": mode, "depth": r.depth,
+                         "bucket": (mode == "recursive") * 1_000_000 + len(r.token_ids)})  # fmt: skip
+    return rows
+
+
+# --- training -----------------------------------------------------------------------------------
+class SharedPrefixCollator:
+    """Pad a batch to the right after its longest common prefix, which is returned once."""
+
+    def __init__(self, pad_id: int) -> None:
+        self.pad_id = pad_id
+
+    def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
+        ids = [list(e["input_ids"]) for e in examples]
+        labels = [list(e["labels"]) for e in examples]
+        p = min(len(x) for x in ids)
+        for x in ids[1:]:
+            p = min(p, next((i for i, (a, b) in enumerate(zip(ids[0], x, strict=False)) if a != b), p))
+        first_label = min(next(i for i, v in enumerate(lab) if v != -100) for lab in labels)
+        # the token at p is predicted from the prefix's last logit, which is not computed: no label there
+        p = max(1, min(p, first_label - 1))
+        width = max(len(x) for x in ids) - p
+        pad = lambda xs, v: torch.tensor([x[p:] + [v] * (width - len(x) + p) for x in xs])  # noqa: E731
+        mask = torch.tensor([[1] * (len(x) - p) + [0] * (width - len(x) + p) for x in ids])
+        return {"prefix_ids": torch.tensor([ids[0][:p]]), "input_ids": pad(ids, self.pad_id),
+                "labels": pad(labels, -100), "attention_mask": mask}  # fmt: skip
+
+
+class SharedPrefixSFTTrainer(SFTTrainer):
+    """SFTTrainer whose loss runs the batch's shared prefix once (see the module docstring)."""
+
+    tokens_seen = 0
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        prefix, ids, labels = inputs["prefix_ids"], inputs["input_ids"], inputs["labels"]
+        cache = model(input_ids=prefix, use_cache=True).past_key_values
+        cache.batch_repeat_interleave(ids.shape[0])
+        mask = torch.cat([torch.ones(ids.shape[0], prefix.shape[1], dtype=ids.dtype, device=ids.device),
+                          inputs["attention_mask"]], dim=1)  # fmt: skip
+        logits = model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits
+        loss = F.cross_entropy(
+            logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100
+        )
+        self.tokens_seen += int(inputs["attention_mask"].sum()) + prefix.shape[1]
+        return (loss, logits) if return_outputs else loss
+
+
+@dataclass
+class _Phase:
+    """One SFT run: its data, its budget (minutes and/or steps) and its schedule."""
+
+    name: str
+    rows: list[dict]
+    batch_size: int
+    minutes: float
+    max_steps: int = -1
+    decay: float = 0.2  # final fraction of the budget over which the lr decays (0: constant)
+    stop_loss: float = 0.0  # stop early once the logged loss is below this
+
+
+class _Budget(TrainerCallback):
+    """Stops a phase at its budget (or target loss), drives the warmup-stable-decay schedule, logs.
+
+    The schedule follows the wall clock, not the step count: on a shared CPU the steps a budget
+    buys are unknown in advance. The lr stays at its peak until the last `decay` of the budget:
+    copying names is learnt in a sudden phase change that an early decay can stall."""
+
+    def __init__(self, cfg: WarmStartConfig, phase: _Phase, log_path: Path) -> None:
+        self.cfg, self.phase, self.log_path, self.start = cfg, phase, log_path, time.monotonic()
+        self.trainer: SharedPrefixSFTTrainer | None = None
+        self.step_frac = 0.0
+
+    def fraction(self) -> float:
+        """Progress through the budget: the later of time and steps (when max_steps is set)."""
+        return max(self.step_frac, (time.monotonic() - self.start) / (60 * self.phase.minutes))
+
+    def lr_factor(self, _step: int) -> float:
+        f, decay, r = self.fraction(), self.phase.decay, self.cfg.min_lr_ratio
+        warm = min(1.0, f / self.cfg.warmup) if self.cfg.warmup > 0 else 1.0
+        return warm * (1.0 if decay <= 0 or f < 1 - decay else r + (1 - r) * max(0.0, 1 - f) / decay)
+
+    def on_train_begin(self, args, state, control, **kw):
+        self.start = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kw):
+        if self.phase.max_steps > 0:
+            self.step_frac = state.global_step / self.phase.max_steps
+        if time.monotonic() - self.start >= 60 * self.phase.minutes:
+            control.should_training_stop = True
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        seconds, logs = time.monotonic() - self.start, logs or {}
+        tokens = self.trainer.tokens_seen if self.trainer else 0
+        row = {"phase": self.phase.name, "step": state.global_step, "seconds": round(seconds, 1), "tokens": tokens,
+               "tokens_per_s": round(tokens / max(seconds, 1e-9)), **logs}  # fmt: skip
+        with self.log_path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        if logs.get("loss", 1e9) < self.phase.stop_loss:
+            control.should_training_stop = True
+
+
+def train_sft(model, tokenizer, phase: _Phase, cfg: WarmStartConfig, work: Path, progress: bool) -> dict:
+    """TRL's SFTTrainer on pre-tokenized rows (input_ids + assistant_masks -> labels), CPU, fp32."""
+    budget = _Budget(cfg, phase, work / "train_log.jsonl")
+    args = SFTConfig(
+        output_dir=str(work / "trainer"), per_device_train_batch_size=phase.batch_size, num_train_epochs=cfg.epochs,
+        max_steps=phase.max_steps, learning_rate=cfg.lr, weight_decay=cfg.weight_decay, max_length=cfg.context,
+        logging_steps=10, save_strategy="no", report_to="none", use_cpu=True, bf16=False, fp16=False,
+        train_sampling_strategy="group_by_length", length_column_name="bucket", remove_unused_columns=False,
+        dataloader_num_workers=0, seed=cfg.seed, data_seed=cfg.seed, disable_tqdm=not progress,
+        gradient_accumulation_steps=1, packing=False, gradient_checkpointing=False, max_grad_norm=1.0,
+    )  # fmt: skip
+    opt_ = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt_, budget.lr_factor)
+    data = Dataset.from_list(
+        [{k: r[k] for k in ("input_ids", "assistant_masks", "bucket")} for r in phase.rows]
+    )
+    trainer = SharedPrefixSFTTrainer(
+        model=model, args=args, train_dataset=data, processing_class=tokenizer,
+        data_collator=SharedPrefixCollator(tokenizer.pad_token_id), optimizers=(opt_, sched), callbacks=[budget],
+    )  # fmt: skip
+    budget.trainer = trainer
+    model.train()
+    out = trainer.train()
+    model.eval()
+    seconds = time.monotonic() - budget.start
+    logged = [json.loads(line) for line in (work / "train_log.jsonl").read_text().splitlines()]
+    losses = [x["loss"] for x in logged if x.get("phase") == phase.name and "loss" in x]
+    return {"steps": out.global_step, "train_seconds": round(seconds, 1), "tokens_seen": trainer.tokens_seen,
+            "tokens_per_s": round(trainer.tokens_seen / max(seconds, 1e-9)), "final_loss": losses[-1] if losses else None,
+            "examples_seen": out.global_step * phase.batch_size}  # fmt: skip
+
+
+def copy_drill(tokenizer, n: int, seed: int) -> list[dict]:
+    """Stage 0: tiny episodes whose only lesson is to copy a name from the goal into a cell.
+
+    Why: a tiny model learns to copy names (an induction circuit) in a sudden phase change. On the
+    short drill it happens within a few hundred steps (about 30 s); on the long, name-heavy node
+    transcripts alone it had not happened after 1,600 steps (10 min): every digit of every name was
+    still a uniform guess. Learnt on the drill, copying carries over at once."""
+    rng = random.Random(f"drill:{seed}")
+
+    def name() -> str:
+        return f"{rng.choice(string.ascii_lowercase)}{rng.randint(1, 99)}"
+
+    rows = []
+    for _ in range(n):
+        a, b, c = name(), name(), name()
+        prompt = tokenizer.encode(f"Goal: make {a}\nsee {b} {c}\n<python>\ninfo('", add_special_tokens=False)
+        target = tokenizer.encode(f"{a}')", add_special_tokens=False)
+        ids = prompt + target
+        rows.append(
+            {"input_ids": ids, "assistant_masks": [0] * len(prompt) + [1] * len(target), "bucket": len(ids)}
+        )
+    return rows
+
+
+# --- evaluation ---------------------------------------------------------------------------------
+def evaluate_small(
+    model_path: str | Path,
+    n_per_difficulty: int = 100,
+    difficulties: list[str] | tuple[str, ...] = tuple(SMALL_DIFFICULTIES),
+    modes: tuple[str, ...] = ("recursive", "flat"),
+    seed: int = 0,
+    context: int = 2048,
+    max_batch_size: int = 64,
+    max_concurrent_trees: int = 64,
+    progress: bool = False,
+    threads: int = 1,
+) -> dict[str, Any]:
+    """Greedy closed-loop success on held-out worlds, by mode and difficulty, through the runtime and
+    the batching engine (every node's cells really run)."""
+    from rao_core.engines.hf import HFEngine
+
+    torch.set_num_threads(threads)
+
+    engine = HFEngine.from_pretrained(
+        str(model_path), device="cpu", dtype="float32", max_batch_size=max_batch_size
+    )
+    chat = ChatFraming(engine.tokenizer)
+    tasks = make_small_tasks(n_per_difficulty, "val", tuple(difficulties), seed=seed)
+    jobs = [(m, TreeSpec(t.task_id, 0, env_from_small_task(t), t.difficulty)) for m in modes for t in tasks]
+    start, done = time.time(), [0]
+
+    def tick() -> None:
+        done[0] += 1
+        if progress and (done[0] % 50 == 0 or done[0] == len(jobs)):
+            print(f"eval: {done[0]}/{len(jobs)} trees, {time.time() - start:.0f} s", flush=True)
+
+    runs = asyncio.run(_run_trees(jobs, engine, chat, context, max_concurrent_trees, 0.0, tick))
+    wins: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    statuses: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for mode, run in runs:
+        root = next(r for r in run.records if r.parent_id is None)
+        wins[mode][run.spec.difficulty].append(root.success)
+        for r in run.records:
+            statuses[mode][r.status] += 1
+    table = {m: {d: _rate(wins[m][d]) for d in difficulties} for m in modes}
+    return {"success": table, "statuses": {m: dict(s) for m, s in statuses.items()},
+            "trees": len(jobs), "seconds": round(time.time() - start, 1), "seed": seed}  # fmt: skip
+
+
+def _rate(xs: list[float]) -> dict[str, float]:
+    lo, hi = wilson_interval(sum(xs), len(xs))
+    return {"rate": sum(xs) / max(1, len(xs)), "n": len(xs), "lo": round(lo, 3), "hi": round(hi, 3)}
+
+
+# --- the stage ----------------------------------------------------------------------------------
+def warm_start(cfg: WarmStartConfig, out_dir: str | Path, progress: bool = False) -> dict[str, Any]:
+    """Data -> SFT -> out_dir/model (atomic) -> evaluation -> out_dir/metrics.json (written last).
+
+    Idempotent: a complete out_dir (metrics.json present) is returned as is; expert data is reused."""
+    out = Path(out_dir)
+    if (out / "metrics.json").is_file() and (out / "model" / "config.json").is_file():
+        return json.loads((out / "metrics.json").read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "train_log.jsonl").unlink(missing_ok=True)
+    torch.set_num_threads(cfg.threads)
+    tok = tiny_tokenizer()
+    t0 = time.time()
+    data_path = out / "sft.jsonl"
+    if data_path.is_file():
+        rows = [json.loads(line) for line in data_path.read_text().splitlines()]
+    else:
+        rows = expert_examples(cfg, ChatFraming(tok))
+        tmp = data_path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        os.replace(tmp, data_path)
+    data = {"examples": len(rows), "data_seconds": round(time.time() - t0, 1),
+            "by_mode": {m: sum(r["mode"] == m for r in rows) for m in MODES},
+            "tokens": sum(len(r["input_ids"]) for r in rows),
+            "action_tokens": sum(sum(r["assistant_masks"]) for r in rows)}  # fmt: skip
+    if progress:
+        print(f"expert data: {json.dumps(data)}", flush=True)
+    torch.manual_seed(cfg.seed)
+    model = build_tiny_model(tok, seed=cfg.seed, hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads,
+                             kv_heads=cfg.kv_heads, intermediate=cfg.intermediate, max_positions=cfg.context)  # fmt: skip
+    params = sum(p.numel() for p in model.parameters())
+    t1, train = time.monotonic(), {}
+    if cfg.drill_steps > 0:
+        drill = _Phase("drill", copy_drill(tok, 16 * cfg.drill_steps, cfg.seed), 16, cfg.max_minutes / 2,
+                       cfg.drill_steps, decay=0.0, stop_loss=cfg.drill_stop_loss)  # fmt: skip
+        train["drill"] = train_sft(model, tok, drill, cfg, out, progress)
+    minutes = cfg.max_minutes - (time.monotonic() - t1) / 60
+    main = _Phase("sft", rows, cfg.batch_size, minutes, cfg.max_steps, decay=cfg.decay)
+    train.update(train_sft(model, tok, main, cfg, out, progress))
+    save_checkpoint(model, tok, out / "model")
+    shutil.rmtree(out / "trainer", ignore_errors=True)
+    metrics: dict[str, Any] = {"config": asdict(cfg), "parameters": params, "data": data, "train": train}
+    if cfg.eval_tasks > 0:
+        metrics["eval"] = evaluate_small(
+            out / "model", cfg.eval_tasks, cfg.eval_difficulties, seed=cfg.eval_seed, context=cfg.context,
+            max_batch_size=cfg.max_batch_size, max_concurrent_trees=cfg.max_concurrent_trees, progress=progress,
+            threads=cfg.threads,
+        )  # fmt: skip
+    tmp = out / "metrics.json.tmp"
+    tmp.write_text(json.dumps(metrics, indent=1))
+    os.replace(tmp, out / "metrics.json")
+    return metrics
+
+
+def format_table(ev: dict[str, Any]) -> str:
+    """Markdown: success (95% Wilson interval) by difficulty (target tier) and mode."""
+    modes = list(ev["success"])
+    lines = ["| difficulty (tier) | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
+    for d in next(iter(ev["success"].values())):
+        cells = [ev["success"][m][d] for m in modes]
+        row = " | ".join(f"{c['rate']:.0%} [{c['lo']:.0%}, {c['hi']:.0%}] (n={c['n']})" for c in cells)
+        lines.append(f"| {d} ({SMALL_DIFFICULTIES.get(d, '?')}) | {row} |")
+    return "\n".join(lines)
