@@ -47,7 +47,9 @@ class TaskConfig:
     val_fraction: float = opt(0.2, "fraction of items per tier held out for validation")
     buffer_max: float = opt(0.5, "base materials get a random 0..buffer_max extra")
     distractors: list = opt([1, 3], "min and max distractor base items in the inventory")
-    small_tasks_per_difficulty: int = opt(300, "textcraft-small: tasks per difficulty and split, one world each")
+    small_tasks_per_difficulty: int = opt(
+        300, "textcraft-small: tasks per difficulty and split, one world each"
+    )
 
 
 @dataclass
@@ -66,7 +68,9 @@ class AgentConfig:
     loop_guard: int = opt(4, "end a node that sends the same cell this many times in a row")
     max_observation_chars: int = opt(2000, "cell output beyond this is truncated")
     max_calls_per_cell: int = opt(200, "tool and launch calls one cell may make")
-    reply_format: str = opt("thought_python", "reply format: thought_python (reference), python (terse), markdown")
+    reply_format: str = opt(
+        "thought_python", "reply format: thought_python (reference), python (terse), markdown"
+    )
 
 
 @dataclass

@@ -79,7 +79,9 @@ def campaign_run_id(cfg: RunConfig) -> str | None:
     client = _client(cfg)
     ids = _load_ids(cfg)
     if "campaign" not in ids:
-        run = client.create_run(_experiment_id(client, cfg), run_name=cfg.run_name, tags={"rao.run": cfg.run_name})
+        run = client.create_run(
+            _experiment_id(client, cfg), run_name=cfg.run_name, tags={"rao.run": cfg.run_name}
+        )
         ids["campaign"] = run.info.run_id
         _save_ids(cfg, ids)
         params = flatten({k: v for k, v in to_dict(cfg).items() if isinstance(v, dict)})
@@ -115,7 +117,9 @@ def log_metrics(cfg: RunConfig, run_id: str | None, metrics: dict[str, Any], ste
         client.log_metric(run_id, key, value, step=step)
 
 
-def log_artifacts(cfg: RunConfig, run_id: str | None, path: str | Path, artifact_path: str | None = None) -> None:
+def log_artifacts(
+    cfg: RunConfig, run_id: str | None, path: str | Path, artifact_path: str | None = None
+) -> None:
     if run_id is None:
         return
     path = Path(path)

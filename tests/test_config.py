@@ -11,7 +11,9 @@ def test_defaults_validate():
 def test_overrides_and_yaml(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("run_name: x\nagent:\n  max_steps: 7\n")
-    cfg = load_config(path, ["agent.max_depth=2", "scoring.lam=0.4", "tasks.distractors=[0, 1]", "train.lr=1e-3"])
+    cfg = load_config(
+        path, ["agent.max_depth=2", "scoring.lam=0.4", "tasks.distractors=[0, 1]", "train.lr=1e-3"]
+    )
     assert cfg.train.lr == 0.001
     assert (cfg.run_name, cfg.agent.max_steps, cfg.agent.max_depth, cfg.scoring.lam) == ("x", 7, 2, 0.4)
     assert parse_override("a.b=3") == {"a": {"b": 3}}
