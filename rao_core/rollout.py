@@ -37,10 +37,10 @@ def make_policy(cfg: RunConfig, suite, model_path: Path | None = None) -> tuple[
     returned with the tokenizer that frames the conversation (the checkpoint's own for models)."""
     if cfg.policy.kind == "scripted":
         return suite.expert(cfg), load_tokenizer(cfg.policy.tokenizer)
+    from rao_core.campaign import initial_model
     from rao_core.engines import build_engine
-    from rao_core.models.tiny import resolve_model
 
-    path = resolve_model(str(model_path or cfg.policy.model))
+    path = model_path or initial_model(cfg)  # shipped name, local folder, or 'tiny'
     tokenizer = load_tokenizer(str(path))
     return build_engine(dataclasses.replace(cfg.policy, model=str(path)), tokenizer), tokenizer
 

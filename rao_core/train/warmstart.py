@@ -63,7 +63,7 @@ class WarmStartConfig:
     intermediate: int = opt(384, "MLP width")
     context: int = opt(2048, "max tokens per node (model positions, runtime budget, SFT max length)")
     recursive_episodes: int = opt(2500, "expert trees in the recursive shape (several nodes each)")
-    flat_episodes: int = opt(3000, "expert trees in the flat shape (one node each)")
+    flat_episodes: int = opt(4000, "expert trees in the flat shape (one node each)")
     recursive_tiers: list = opt([2, 3, 3, 4], "target tiers of recursive trees, sampled uniformly")
     flat_tiers: list = opt([1, 2, 2, 2, 3], "target tiers of flat trees, sampled uniformly")
     error_rate: float = opt(0.04, "expert slips per turn (each followed by its repair; slips get no loss)")

@@ -6,8 +6,8 @@ its trees are exactly what a model would produce:
   recursive: info(goal) -> sub(x) for each missing ingredient -> craft(goal) -> finish('done')
   flat:      the same walk as a stack in one context: info before each craft, crafts in post-order
 
-With `error_rate` > 0 it slips the way the tiny model does (a misspelt name, a forgotten ingredient,
-a craft too early) and then repairs from the error it reads, so the data shows recovery. Those slip
+With `error_rate` > 0 it slips the way the tiny model does (a misspelt name in a lookup or a craft, a
+forgotten ingredient, a craft too early), at most once per item, and then repairs from the error it reads, so the data shows recovery. Those slip
 turns are remembered in `mistakes` (node id -> turn indices) so the warm start can keep them out of
 the loss while still training on the repair.
 """
@@ -67,7 +67,7 @@ class SmallExpert(Policy):
                 return self.next_cell(node)
             top.todo, top.craft_from = env.missing(top.item), None  # repair: fetch what was missing
         if not top.looked_up:
-            typo = _typo(top.item, env)
+            typo = _typo(top.item, env, node)
             if typo and self._slip(node, top):  # a misspelt lookup ("unknown item"), then the right one
                 return f"info({typo!r})", True
             top.looked_up, top.todo = True, env.missing(top.item)
@@ -82,6 +82,9 @@ class SmallExpert(Policy):
                 return f"sub({item!r})", False
             stack.append(_Frame(item))
             return self.next_cell(node)
+        typo = _typo(top.item, env, node)
+        if typo and self._slip(node, top):  # the name copied back from far up the context, wrong
+            return f"craft({typo!r})", True
         return self._craft(top, env)
 
     @staticmethod
@@ -91,9 +94,10 @@ class SmallExpert(Policy):
         return f"craft({top.item!r})", bool(env.missing(top.item))
 
 
-def _typo(name: str, env: SmallEnv) -> str | None:
-    """A plausible misspelling that names no item of this world (a copy slip)."""
-    for typo in (name[:-1], name[0] + name[-1], name + name[-1]):
-        if typo not in env.world.tiers and len(typo) >= 2:
-            return typo
-    return None
+def _typo(name: str, env: SmallEnv, node: NodeState) -> str | None:
+    """A plausible misspelling that names no item of this world (a copy slip: a wrong letter, a
+    dropped or doubled digit). Drawn before the slip is decided, so the rng stream stays aligned."""
+    letter = node.rng.choice([c for c in "abcdefghijklmnopqrstuvwxyz" if c != name[0]])
+    options = [letter + name[1:], name[:-1], name + name[-1]]
+    options = [t for t in options if t not in env.world.tiers and len(t) >= 2 and t[1:].isdigit()]
+    return node.rng.choice(options) if options else None
