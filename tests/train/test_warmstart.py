@@ -16,7 +16,9 @@ from rao_core.train.warmstart import (
     SharedPrefixCollator,
     SharedPrefixSFTTrainer,
     WarmStartConfig,
+    copy_drill,
     expert_examples,
+    format_table,
     warm_start,
 )
 
@@ -104,11 +106,12 @@ def test_shared_prefix_loss_equals_the_plain_loss(rows):
 
 def test_warm_start_on_a_tiny_budget(tmp_path):
     cfg = WarmStartConfig(
-        recursive_episodes=4, flat_episodes=4, max_steps=3, batch_size=4, max_minutes=2.0,
+        recursive_episodes=4, flat_episodes=4, max_steps=3, batch_size=4, max_minutes=2.0, drill_steps=2,
         eval_tasks=1, eval_difficulties=["easy"], **TINY,
     )  # fmt: skip
     metrics = warm_start(cfg, tmp_path)
     assert metrics["train"]["steps"] == 3 and metrics["train"]["tokens_seen"] > 0
+    assert metrics["train"]["drill"]["steps"] == 2
     assert set(metrics["eval"]["success"]) == {"recursive", "flat"}
     assert 0.0 <= metrics["eval"]["success"]["flat"]["easy"]["rate"] <= 1.0
     model, tok = load_checkpoint(tmp_path / "model", device="cpu")
@@ -117,3 +120,19 @@ def test_warm_start_on_a_tiny_budget(tmp_path):
     stamp = (tmp_path / "metrics.json").stat().st_mtime_ns
     assert warm_start(cfg, tmp_path) == metrics  # complete: returned as is, nothing retrained
     assert (tmp_path / "metrics.json").stat().st_mtime_ns == stamp
+
+
+def test_copy_drill_trains_only_the_copied_name():
+    rows = copy_drill(TOK, 5, seed=0)
+    assert rows == copy_drill(TOK, 5, seed=0) and len(rows) == 5
+    for r in rows:
+        text = TOK.decode(r["input_ids"])
+        name = text.split("Goal: make ")[1].split("\n")[0]
+        labelled = TOK.decode([t for t, m in zip(r["input_ids"], r["assistant_masks"], strict=True) if m])
+        assert text.endswith(f"info('{name}')") and labelled == f"{name}')"
+
+
+def test_format_table():
+    cell = {"rate": 0.5, "n": 10, "lo": 0.2, "hi": 0.8}
+    text = format_table({"success": {"recursive": {"easy": cell}, "flat": {"easy": cell}}})
+    assert "| easy (2) | 50% [20%, 80%] (n=10) | 50% [20%, 80%] (n=10) |" in text

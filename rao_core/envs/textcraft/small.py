@@ -239,9 +239,11 @@ class SmallEnv(Environment):
         """Finished, and at least one target crafted since this node started (owning is not enough)."""
         return float(finished and self.inventory.get(self.target) - self.start_count >= 1)
 
-    def launch_result(self, child: SmallEnv, finished: bool) -> str:
-        """What `sub` should return (needs a runtime hook, see docs/small-profile.md)."""
-        return "done" if child.success(finished, "") else "failed"
+    def launch_result(self, child: SmallEnv, finished: bool, message: str = "") -> str:
+        """What `sub` should return: `done` or `failed`, by the child's own success. Not yet called
+        by the runtime, which returns the child's finish message (`done` from the expert's
+        `finish('done')`) or a failure line; see docs/small-profile.md, runtime notes."""
+        return "done" if child.success(finished, message) else "failed"
 
     # --- tools: one name in, one short line out; never raise ---------------------------------
     def missing(self, name: str) -> list[str]:

@@ -6,10 +6,10 @@ its trees are exactly what a model would produce:
   recursive: info(goal) -> sub(x) for each missing ingredient -> craft(goal) -> finish('done')
   flat:      the same walk as a stack in one context: info before each craft, crafts in post-order
 
-With `error_rate` > 0 it slips the way the tiny model does (a misspelt name in a lookup or a craft, a
-forgotten ingredient, a craft too early), at most once per item, and then repairs from the error it reads, so the data shows recovery. Those slip
-turns are remembered in `mistakes` (node id -> turn indices) so the warm start can keep them out of
-the loss while still training on the repair.
+With `error_rate` > 0 it slips the way the tiny model does (a misspelt name in a lookup or a craft,
+a forgotten ingredient, a craft too early), at most once per item, then repairs from the error it
+reads, so the data shows recovery. Slip turns are remembered in `mistakes` (node id -> turn
+indices) so the warm start can keep them out of the loss while still training on the repair.
 """
 
 from __future__ import annotations
