@@ -5,7 +5,7 @@
 
 Every WarmStartConfig field is a flag (`--help` lists them with their defaults). The log of this
 command (stdout) is written to <out>/warmstart.log and shipped with the checkpoint, together with
-metrics.json and the exact command line.
+metrics.json, the training log and the exact command line (COMMAND).
 """
 
 from __future__ import annotations
@@ -69,16 +69,24 @@ def main() -> None:
             print(format_table(metrics["eval"]))
         sys.stdout = sys.__stdout__
     if args.ship:
-        ship = Path(args.ship)
-        tmp = ship.parent / f".{ship.name}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(out / "model", tmp)
-        for name in ("metrics.json", "warmstart.log", "train_log.jsonl"):
-            shutil.copy(out / name, tmp / name)
-        (tmp / "command.txt").write_text(command + "\n")
-        shutil.rmtree(ship, ignore_errors=True)
-        tmp.rename(ship)
-        print(f"shipped to {ship}")
+        ship(out, Path(args.ship), command)
+
+
+def ship(out: Path, dest: Path, command: str) -> None:
+    """Copy model + tokenizer, metrics, logs and the command; swap the folder in by renames, so a
+    reader (a rollout loading the checkpoint by name) sees the old or the new one, never a mix."""
+    tmp, old = dest.parent / f".{dest.name}.new", dest.parent / f".{dest.name}.old"
+    for path in (tmp, old):
+        shutil.rmtree(path, ignore_errors=True)
+    shutil.copytree(out / "model", tmp)
+    for name in ("metrics.json", "warmstart.log", "train_log.jsonl"):
+        shutil.copy(out / name, tmp / name)
+    (tmp / "COMMAND").write_text(command + "\n")
+    if dest.exists():
+        dest.rename(old)
+    tmp.rename(dest)
+    shutil.rmtree(old, ignore_errors=True)
+    print(f"shipped to {dest}")
 
 
 if __name__ == "__main__":

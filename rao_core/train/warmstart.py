@@ -3,7 +3,8 @@ evaluation on unseen worlds (small TextCraft profile, docs/small-profile.md).
 
   expert trees through the real runtime (fresh world per episode, recursive and flat)
   -> one SFT example per node (its token ids; loss on its own action tokens only)
-  -> TRL's SFTTrainer on a wall-clock budget -> checkpoint -> evaluation with the batching engine
+  -> stage 0: a copy drill (see copy_drill) -> TRL's SFTTrainer on a wall-clock budget
+  -> checkpoint -> evaluation with the batching engine on held-out worlds
 
 Why the trainer is subclassed: every node's transcript starts with the same system prompt, which is
 most of its tokens (about 330 of 490 for a recursive node). Batches are grouped by shape (recursive
@@ -77,6 +78,9 @@ class WarmStartConfig:
     min_lr_ratio: float = opt(0.1, "the decay ends at lr * min_lr_ratio")
     drill_steps: int = opt(1500, "stage 0, copy drill: at most this many steps of batch 16 (0: no drill)")
     drill_stop_loss: float = opt(0.05, "stage 0 ends once its loss is below this")
+    drill_mix: float = opt(
+        0.1, "drill rows mixed into the SFT data (fraction of it): copying stays supported"
+    )
     weight_decay: float = opt(0.0, "AdamW weight decay")
     eval_tasks: int = opt(100, "held-out tasks per difficulty and mode (0: skip evaluation)")
     eval_difficulties: list = opt(list(SMALL_DIFFICULTIES), "difficulties to evaluate")
@@ -155,7 +159,7 @@ class SharedPrefixCollator:
             p = min(p, next((i for i, (a, b) in enumerate(zip(ids[0], x, strict=False)) if a != b), p))
         first_label = min(next(i for i, v in enumerate(lab) if v != -100) for lab in labels)
         # the token at p is predicted from the prefix's last logit, which is not computed: no label there
-        p = max(1, min(p, first_label - 1))
+        p = max(0, min(p, first_label - 1))  # 0: nothing shared (drill rows next to node rows)
         width = max(len(x) for x in ids) - p
         pad = lambda xs, v: torch.tensor([x[p:] + [v] * (width - len(x) + p) for x in xs])  # noqa: E731
         mask = torch.tensor([[1] * (len(x) - p) + [0] * (width - len(x) + p) for x in ids])
@@ -170,11 +174,14 @@ class SharedPrefixSFTTrainer(SFTTrainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         prefix, ids, labels = inputs["prefix_ids"], inputs["input_ids"], inputs["labels"]
-        cache = model(input_ids=prefix, use_cache=True).past_key_values
-        cache.batch_repeat_interleave(ids.shape[0])
-        mask = torch.cat([torch.ones(ids.shape[0], prefix.shape[1], dtype=ids.dtype, device=ids.device),
-                          inputs["attention_mask"]], dim=1)  # fmt: skip
-        logits = model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits
+        if prefix.shape[1] == 0:
+            logits = model(input_ids=ids, attention_mask=inputs["attention_mask"]).logits
+        else:
+            cache = model(input_ids=prefix, use_cache=True).past_key_values
+            cache.batch_repeat_interleave(ids.shape[0])
+            ones = torch.ones(ids.shape[0], prefix.shape[1], dtype=ids.dtype, device=ids.device)
+            mask = torch.cat([ones, inputs["attention_mask"]], dim=1)
+            logits = model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits
         loss = F.cross_entropy(
             logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100
         )
@@ -379,7 +386,8 @@ def warm_start(cfg: WarmStartConfig, out_dir: str | Path, progress: bool = False
                        cfg.drill_steps, decay=0.0, stop_loss=cfg.drill_stop_loss)  # fmt: skip
         train["drill"] = train_sft(model, tok, drill, cfg, out, progress)
     minutes = cfg.max_minutes - (time.monotonic() - t1) / 60
-    main = _Phase("sft", rows, cfg.batch_size, minutes, cfg.max_steps, decay=cfg.decay)
+    mix = copy_drill(tok, int(cfg.drill_mix * len(rows)), cfg.seed + 1) if cfg.drill_steps > 0 else []
+    main = _Phase("sft", rows + mix, cfg.batch_size, minutes, cfg.max_steps, decay=cfg.decay)
     train.update(train_sft(model, tok, main, cfg, out, progress))
     save_checkpoint(model, tok, out / "model")
     shutil.rmtree(out / "trainer", ignore_errors=True)

@@ -169,3 +169,13 @@ def test_expert_slips_and_repairs():
     assert expert.mistakes  # and the slips are on record, so training can mask them
     text = " ".join(root(run).transcript for _, run in runs)
     assert "Error: missing" in text or "unknown item" in text
+
+
+def test_launch_result_reports_the_childs_success():
+    env, target, mid, raw = small_env()
+    child = env.fork(mid)
+    assert env.launch_result(child, True) == "failed"  # finished, but crafted nothing
+    for ing in env.world.recipes[mid]:
+        env.inventory.add(ing, 1)
+    assert child.craft(mid) == f"crafted {mid}; have 1"
+    assert env.launch_result(child, True) == "done" and env.launch_result(child, False) == "failed"

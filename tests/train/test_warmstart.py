@@ -78,6 +78,13 @@ def _action_runs(r: dict) -> list[int]:
     return mask
 
 
+def _labelled(r: dict) -> dict:
+    return {
+        "input_ids": r["input_ids"],
+        "labels": [t if m else -100 for t, m in zip(r["input_ids"], r["assistant_masks"], strict=True)],
+    }
+
+
 def test_shared_prefix_loss_equals_the_plain_loss(rows):
     model = build_tiny_model(TOK, seed=0, hidden=64, layers=2, heads=2, kv_heads=1, intermediate=128)
     batch = [r for r in rows if r["mode"] == "recursive"][:4] + [r for r in rows if r["mode"] == "flat"][:2]
@@ -102,6 +109,11 @@ def test_shared_prefix_loss_equals_the_plain_loss(rows):
     plain = F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100)
     assert torch.allclose(shared, plain, atol=1e-5), (shared, plain)
     assert fake.tokens_seen < int(mask.sum())  # and it computes fewer tokens
+    mixed = SharedPrefixCollator(TOK.pad_token_id)(
+        examples[:1] + [_labelled(r) for r in copy_drill(TOK, 2, 0)]
+    )
+    assert mixed["prefix_ids"].shape[1] == 0  # nothing shared: a plain forward
+    assert torch.isfinite(SharedPrefixSFTTrainer.compute_loss(fake, model, mixed))
 
 
 def test_warm_start_on_a_tiny_budget(tmp_path):
