@@ -192,8 +192,10 @@ class CampaignConfig:
 class RunConfig:
     run_name: str = opt("default", "folder name under runs_dir")
     runs_dir: str = opt("runs", "root folder of all runs")
-    suite: Literal["textcraft", "textcraft-small"] = opt(
-        "textcraft", "task suite: the reference TextCraft-Synth, or its profile for tiny models"
+    suite: Literal["textcraft", "textcraft-small", "oolong", "deepdive"] = opt(
+        "textcraft",
+        "task suite: TextCraft-Synth (reference or the tiny-model profile), oolong (long-context "
+        "aggregation) or deepdive (deep search)",
     )
     world: WorldConfig = field(default_factory=WorldConfig)
     tasks: TaskConfig = field(default_factory=TaskConfig)

@@ -47,6 +47,13 @@ class Environment(ABC):
     def success(self, finished: bool, finish_message: str) -> float:
         """s(X) in [0, 1] for the node that owns this environment."""
 
+    def judge_inputs(self, finished: bool, finish_message: str) -> dict[str, str] | None:
+        """For a node with no exact verifier (a sub-agent in the Oolong or DeepDive suites): what a
+        judge must see, {"goal": ..., "answer": ..., "reference": ... (optional)}. The runtime then
+        takes s(X) from the judge's verdict (success_source "judge"). None (the default): success()
+        is exact (success_source "verifier")."""
+        return None
+
     def context_chars(self) -> int:
         """Size of any context data the node holds outside its prompt (Oolong's `context`)."""
         return 0
