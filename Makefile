@@ -23,6 +23,7 @@ run: install            ## the main job on the embedded default (CPU, scripted/t
 	.venv/bin/rao rollout
 
 test: install           ## lint, then the default test suite (no slow or GPU tests)
+	bash scripts/ensure_chromium.sh
 	.venv/bin/ruff check .
 	$(PY) -m pytest
 

@@ -1,4 +1,5 @@
-"""Prefect flows: the training campaign, one more round, synthesis, evaluation.
+"""Prefect flows: the training campaign, one more round, a rollout (sharded on Ray with
+`rollout.runner=ray`, docs/scale-out.md), synthesis, evaluation.
 
 Flows take only JSON parameters (a config file path and `section.field=value` overrides) so that
 deployments can be triggered from the Prefect UI with the same inputs as the `rao` command.
@@ -6,10 +7,16 @@ deployments can be triggered from the Prefect UI with the same inputs as the `ra
 
 from __future__ import annotations
 
-from prefect import flow
+import dataclasses
+from pathlib import Path
+
+from prefect import flow, unmapped
+from prefect.task_runners import TaskRunner
 
 from rao_core import campaign
 from rao_core.config import RunConfig, load_config
+from rao_core.rollout import rollout_dir
+from rao_core.store.parquet import is_complete
 from tasks import stages
 
 
@@ -17,9 +24,45 @@ def _config(config: str | None, overrides: list[str] | None) -> RunConfig:
     return load_config(config, overrides or [])
 
 
+# Ray re-runs a shard whose worker process (or node) was lost this many times.
+SHARD_RAY_RETRIES = 2
+
+
+def ray_runner(cfg: RunConfig) -> TaskRunner:
+    """Prefect's Ray task runner on `rollout.ray_address` ('' starts a local Ray instance for the
+    flow run; an already initialised Ray in this process is used as is)."""
+    from prefect_ray import RayTaskRunner
+
+    return RayTaskRunner(init_kwargs={"address": cfg.rollout.ray_address or None})
+
+
+@flow(name="rao-rollout-shards", log_prints=True, validate_parameters=False)
+def rollout_shards_flow(cfg: RunConfig, round_: int) -> list[str]:
+    """Every shard of round `round_` as one task run, mapped over the flow's task runner (Ray),
+    each reserving `rollout.num_cpus_per_shard` CPUs and `num_gpus_per_shard` GPUs. The run folder
+    goes out as an absolute path: workers on other nodes have other working directories."""
+    from prefect_ray.context import remote_options
+
+    cfg = dataclasses.replace(cfg, runs_dir=str(Path(cfg.runs_dir).resolve()))
+    r = cfg.rollout
+    with remote_options(
+        num_cpus=r.num_cpus_per_shard, num_gpus=r.num_gpus_per_shard, max_retries=SHARD_RAY_RETRIES
+    ):
+        futures = stages.rollout_shard.map(unmapped(cfg), round_, range(r.shards))
+    return futures.result()
+
+
+def rollout(cfg: RunConfig, round_: int) -> str:
+    """The round's rollout. With `rollout.runner=ray` the shards run first, in parallel on the Ray
+    cluster, and the rollout task then only seals the round; locally it runs the shards in turn."""
+    if cfg.rollout.runner == "ray" and not is_complete(rollout_dir(cfg, round_)):
+        rollout_shards_flow.with_options(task_runner=ray_runner(cfg))(cfg, round_)
+    return stages.rollout(cfg, round_)
+
+
 def run_round(cfg: RunConfig, round_: int) -> dict:
     """One round: rollout (v_r) -> score -> train (v_r+1) -> evaluate (v_r+1) -> report."""
-    stages.rollout(cfg, round_)
+    rollout(cfg, round_)
     stages.score(cfg, round_)
     stages.train(cfg, round_)
     stages.evaluate(cfg, round_ + 1)
@@ -28,13 +71,18 @@ def run_round(cfg: RunConfig, round_: int) -> dict:
 
 @flow(name="rao-train", log_prints=True)
 def train_flow(config: str | None = None, overrides: list[str] | None = None) -> dict:
-    """The main job: synthesize, warm start, evaluate v0, then `campaign.rounds` rounds."""
+    """The main job: synthesize, warm start, evaluate v0, then `campaign.rounds` rounds (of the
+    single-agent control arm too, with `campaign.control_arm`)."""
     cfg = _config(config, overrides)
-    stages.synthesize(cfg)
-    stages.warm_start(cfg)
-    stages.log_baseline(cfg, stages.evaluate(cfg, 0))
+    arms = [cfg, campaign.control_config(cfg)] if cfg.campaign.control_arm else [cfg]
+    for arm in arms:
+        stages.synthesize(arm)
+        stages.warm_start(arm)
+        stages.log_baseline(arm, stages.evaluate(arm, 0))
     for r in range(cfg.campaign.rounds):
-        run_round(cfg, r)
+        for arm in arms:  # interleaved, so both learning curves grow side by side
+            run_round(arm, r)
+        stages.campaign_report(cfg)
     return campaign.campaign_summary(cfg)
 
 
@@ -42,9 +90,23 @@ def train_flow(config: str | None = None, overrides: list[str] | None = None) ->
 def round_flow(config: str | None = None, overrides: list[str] | None = None) -> dict:
     """One more round on the latest checkpoint (what the schedule runs)."""
     cfg = _config(config, overrides)
+    arms = [cfg, campaign.control_config(cfg)] if cfg.campaign.control_arm else [cfg]
+    metrics = []
+    for arm in arms:
+        stages.synthesize(arm)
+        stages.warm_start(arm)
+        metrics.append(run_round(arm, campaign.completed_rounds(arm)))
+    stages.campaign_report(cfg)
+    return metrics[0]
+
+
+@flow(name="rao-rollout", log_prints=True)
+def rollout_flow(config: str | None = None, overrides: list[str] | None = None) -> str:
+    """One round's rollout (round `rollout.round`, with that round's policy checkpoint), on Ray
+    with `rollout.runner=ray`: the scale-out path without training."""
+    cfg = _config(config, overrides)
     stages.synthesize(cfg)
-    stages.warm_start(cfg)
-    return run_round(cfg, campaign.completed_rounds(cfg))
+    return rollout(cfg, cfg.rollout.round)
 
 
 @flow(name="rao-synthesize")
@@ -53,9 +115,15 @@ def synthesize_flow(config: str | None = None, overrides: list[str] | None = Non
 
 
 @flow(name="rao-evaluate", log_prints=True)
-def evaluate_flow(config: str | None = None, overrides: list[str] | None = None, version: int = -1) -> dict:
-    """Evaluate a policy version (default: the latest) on held-out tasks."""
+def evaluate_flow(
+    config: str | None = None, overrides: list[str] | None = None, version: int = -1, compare: bool = False
+) -> dict:
+    """Evaluate a policy version (default: the latest) on held-out tasks; with `compare`, in
+    single and recursive mode at every context limit of eval.modes x eval.context_limits."""
     cfg = _config(config, overrides)
     stages.synthesize(cfg)
     stages.warm_start(cfg)
-    return stages.evaluate(cfg, campaign.completed_rounds(cfg) if version < 0 else version)
+    version = campaign.completed_rounds(cfg) if version < 0 else version
+    if compare:
+        return stages.compare(cfg, version)
+    return stages.evaluate(cfg, version)

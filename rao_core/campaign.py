@@ -30,6 +30,23 @@ def round_config(cfg: RunConfig, round_: int) -> RunConfig:
     return dataclasses.replace(cfg, rollout=rollout)
 
 
+def control_config(cfg: RunConfig) -> RunConfig:
+    """The single-agent control arm of a campaign: same model, tasks, budgets and rounds, in the
+    run `<run_name>-single`, with no launch_subagent, w = 1 and lambda 0 (the plain group baseline
+    of the standard agent-RL recipe). A warm start trained by the main arm is shared, not redone."""
+    policy = cfg.policy
+    if policy.model == "warmstart":
+        policy = dataclasses.replace(policy, model=str(cfg.run_dir / "checkpoints" / "warmstart"))
+    return dataclasses.replace(
+        cfg,
+        run_name=f"{cfg.run_name}-single",
+        agent=dataclasses.replace(cfg.agent, mode="single"),
+        scoring=dataclasses.replace(cfg.scoring, lam=0.0, depth_weighting=False),
+        campaign=dataclasses.replace(cfg.campaign, control_arm=False),
+        policy=policy,
+    )
+
+
 def checkpoint_dir(cfg: RunConfig, version: int) -> Path:
     return cfg.run_dir / "checkpoints" / f"round-{version}"
 
@@ -120,6 +137,12 @@ def log_round(cfg: RunConfig, round_: int, metrics: dict[str, Any]) -> bool:
         for name in ("summary.json", "_COMPLETE"):
             if (part / name).is_file():
                 tracking.log_artifacts(cfg, run_id, part / name, f"{folder}")
+    if cfg.eval.trees_to_render > 0:  # a sample of the round's trees as viewer pages (rao show)
+        from rao_core.eval.viewer import write_tree_sample
+
+        pages = cfg.run_dir / "viewer" / f"round={round_}"
+        write_tree_sample(cfg.run_dir, round_, cfg.eval.trees_to_render, pages)
+        tracking.log_artifacts(cfg, run_id, pages, "trees")
     ckpt = checkpoint_dir(cfg, round_ + 1)
     if cfg.tracking.log_checkpoints and checkpoint_complete(ckpt):
         tracking.log_artifacts(cfg, run_id, ckpt, "checkpoint")
@@ -239,12 +262,71 @@ def prepare(cfg: RunConfig) -> None:
 
 def campaign_summary(cfg: RunConfig) -> dict[str, Any]:
     """Held-out success per policy version and difficulty, from every complete evaluation."""
+    return {
+        f"v{v}": {k: m["success"] for k, m in ev.items() if isinstance(m, dict) and "success" in m}
+        for v, ev in eval_history(cfg).items()
+    }
+
+
+def eval_history(cfg: RunConfig) -> dict[int, dict[str, Any]]:
+    """Every complete evaluation summary of the run, by policy version."""
     from rao_core.eval.evaluate import summarize_eval
 
-    out: dict[str, Any] = {}
-    v = 0
+    out, v = {}, 0
     while is_complete(cfg.run_dir / "eval" / f"round={v}"):
-        ev = summarize_eval(cfg.run_dir / "eval" / f"round={v}")
-        out[f"v{v}"] = {k: m["success"] for k, m in ev.items() if isinstance(m, dict) and "success" in m}
+        out[v] = summarize_eval(cfg.run_dir / "eval" / f"round={v}")
         v += 1
     return out
+
+
+def write_campaign_report(cfg: RunConfig) -> dict[str, Path]:
+    """reports/: learning curves of the arm(s) (table and plot) and depth reached against
+    difficulty for the latest version of each arm; logged on the campaign's MLflow run."""
+    from rao_core.eval import report
+
+    arms = {cfg.agent.mode: eval_history(cfg)}
+    if cfg.campaign.control_arm:
+        control = control_config(cfg)
+        arms[control.agent.mode] = eval_history(control)
+    arms = {arm: history for arm, history in arms.items() if history}
+    out = cfg.run_dir / "reports"
+    if not arms:
+        return {}
+    files = {
+        "curves": _write_text(out / "learning_curves.md", report.curves_markdown(arms)),
+        "curves_plot": report.plot_learning_curves(arms, out / "learning_curves.png"),
+        "depth_plot": report.plot_depth_by_difficulty(
+            {f"{arm} v{max(h)}": h[max(h)] for arm, h in arms.items()}, out / "depth_by_difficulty.png"
+        ),
+    }
+    parent = tracking.campaign_run_id(cfg)
+    for path in files.values():
+        tracking.log_artifacts(cfg, parent, path, "reports")
+    return files
+
+
+def write_comparison(cfg: RunConfig, result: dict[str, Any]) -> dict[str, Path]:
+    """reports/compare-v<V>.md and its depth plot, from rao_core.eval.compare; logged to MLflow."""
+    from rao_core.eval import report
+
+    v, out = result["version"], cfg.run_dir / "reports"
+    title = f"{cfg.run_name}: policy version {v}, single against recursive"
+    files = {
+        "table": _write_text(out / f"compare-v{v}.md", report.comparison_markdown(result, title)),
+        "depth_plot": report.plot_depth_by_difficulty(
+            {f"{c['mode']} @{c['ctx']}": c["summary"] for c in result["cells"]},
+            out / f"compare-v{v}-depth.png",
+        ),
+    }
+    parent = tracking.campaign_run_id(cfg)
+    for path in files.values():
+        tracking.log_artifacts(cfg, parent, path, "reports")
+    return files
+
+
+def _write_text(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path

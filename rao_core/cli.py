@@ -100,11 +100,17 @@ def cmd_round(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     _prefect_env()
-    load_config(args.config, args.overrides)
+    cfg = load_config(args.config, args.overrides)
     from flows.training import evaluate_flow
 
-    result = evaluate_flow(config=args.config, overrides=args.overrides, version=args.version)
-    print(json.dumps(result, indent=1, default=str))
+    result = evaluate_flow(
+        config=args.config, overrides=args.overrides, version=args.version, compare=args.compare
+    )
+    if args.compare:
+        table = cfg.run_dir / "reports" / f"compare-v{result['version']}.md"
+        print(table.read_text() + f"\n(written to {table})")
+    else:
+        print(json.dumps(result, indent=1, default=str))
     return 0
 
 
@@ -174,6 +180,14 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_show(args: argparse.Namespace) -> int:
+    from rao_core.eval.viewer import show_tree
+
+    run_dir = Path(args.run) if args.run else load_config(args.config, args.overrides).run_dir
+    print(f"tree viewer -> {show_tree(run_dir, args.tree_id, args.round, args.out)}")
+    return 0
+
+
 def cmd_sql(args: argparse.Namespace) -> int:
     from rao_core.query import sql_main
 
@@ -195,6 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("eval", help="evaluate a policy version on held-out tasks")
     _config_args(p)
     p.add_argument("--version", type=int, default=-1, help="policy version (default: the latest)")
+    p.add_argument(
+        "--compare",
+        action="store_true",
+        help="single against recursive at each of eval.context_limits (reports/compare-v<V>.md)",
+    )
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("serve", help="register the flows with a Prefect server (UI triggers, schedule)")
@@ -222,6 +241,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("config", help="print the resolved configuration")
     _config_args(p)
     p.set_defaults(func=cmd_config)
+
+    p = sub.add_parser("show", help="one execution tree as a standalone HTML page (the tree viewer)")
+    p.add_argument("tree_id", help='a tree id; list them with: rao sql "select distinct tree_id from nodes"')
+    _config_args(p)
+    p.add_argument("--run", help="run folder (default: the run of --config/--set, runs/default)")
+    p.add_argument("--round", type=int, default=None, help="round (default: the latest holding the tree)")
+    p.add_argument("--out", help="HTML file to write (default <run>/viewer/round=R/<tree>.html)")
+    p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("sql", help="query a run's tables (nodes, scores, samples) read-only")
     p.add_argument("query", nargs="?", help="the SQL text")

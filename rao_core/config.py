@@ -53,6 +53,45 @@ class TaskConfig:
 
 
 @dataclass
+class DeepDiveConfig:
+    """DeepDive-style deep search: a seeded knowledge graph rendered as a local web corpus, BM25
+    search over it, and multi-hop questions (hops 1..4 = easy..extreme) with exact answers."""
+
+    seed: int = opt(0, "seed of the graph, the corpus and the questions")
+    people: int = opt(240, "person entities")
+    organisations: int = opt(90, "organisation entities")
+    places: int = opt(70, "place entities")
+    works: int = opt(160, "work entities (novels, films, albums, plays)")
+    near_duplicates: float = opt(0.15, "share of entities that get a near-namesake distractor page")
+    questions_per_difficulty: int = opt(120, "questions generated per hop count (difficulty)")
+    val_fraction: float = opt(0.2, "share of start entities held out for validation")
+    max_results: int = opt(5, "search_web: default number of results")
+    page_chars: int = opt(3000, "view_webpage_content: characters returned per call")
+    backend: str = opt("bm25", "search backend: bm25 (local corpus) or 'module:factory' (real backend)")
+    real_path: str = opt("", "real DeepDive data (parquet/jsonl/json file or dataset folder); empty: synthetic")
+    real_split: str = opt("qa_rl", "split of the real dataset folder to read (qa_rl or qa_sft)")
+
+
+@dataclass
+class OolongConfig:
+    """Oolong-style long-context aggregation: seeded tabletop-RPG session transcripts with exact
+    answers (or the real oolong-real rows), held in the REPL variable `context`, never in the prompt."""
+
+    seed: int = opt(0, "seed of transcripts and questions")
+    tasks_per_difficulty: int = opt(16, "synthetic tasks per difficulty and split, spread over its buckets")
+    difficulty_tokens: dict = opt(
+        {"easy": [2048, 4096], "medium": [8192, 16384], "hard": [32768], "extreme": [65536]},
+        "transcript length buckets (approximate tokens) of each difficulty",
+    )
+    chars_per_token: float = opt(4.0, "characters per token that size the buckets (English BPE: ~4)")
+    speakers: int = opt(4, "player characters per transcript (2..12; the DM speaks too)")
+    chunk_chars: int = opt(32000, "scripted expert: characters per chunk it reads or delegates")
+    real_path: str = opt(
+        "", "local oolong-real (config dnd) .jsonl/.json/.parquet file or folder: its rows become the val split"
+    )
+
+
+@dataclass
 class AgentConfig:
     """The recursive agent and its budgets; all are enforced by the runtime."""
 
@@ -109,6 +148,27 @@ class PolicyConfig:
 
 
 @dataclass
+class JudgeConfig:
+    """The judge of nodes without an exact verifier (Oolong and DeepDive sub-agents): docs/judges.md."""
+
+    kind: Literal["none", "scripted", "hf", "vllm", "openai"] = opt(
+        "none",
+        "none: judged nodes copy the root's success (root_proxy); scripted: deterministic rule "
+        "(tests, scripted runs); hf, vllm, openai: a model judge with the rubric",
+    )
+    model: str = opt(
+        "", "hf/vllm: 'tiny' or a local HF folder; openai: local tokenizer folder ('tiny') framing the prompt"
+    )
+    base_url: str = opt("", "openai: server URL, e.g. http://127.0.0.1:8001/v1")
+    served_model: str = opt("", "openai: model name on the server (default: model)")
+    api_key_env: str = opt("OPENAI_API_KEY", "openai: environment variable holding the key")
+    temperature: float = opt(0.0, "judge sampling temperature (0 = greedy, reproducible verdicts)")
+    max_new_tokens: int = opt(256, "tokens the judge may write per verdict")
+    gpu_memory_utilization: float = opt(0.3, "vllm: GPU memory fraction of the judge's own engine")
+    cache: bool = opt(True, "reuse verdicts by (rubric, model, goal, answer, reference); <run>/judge_cache/")
+
+
+@dataclass
 class RolloutConfig:
     split: Literal["train", "val"] = opt("train", "which tasks to roll out")
     difficulty: str = opt("medium", "easy, medium, hard, extreme, or a comma list")
@@ -117,6 +177,19 @@ class RolloutConfig:
     max_concurrent_trees: int = opt(16, "trees in flight at once")
     round: int = opt(0, "round (iteration) the rows belong to")
     policy_version: int = opt(0, "policy version recorded with the rows")
+    shards: int = opt(
+        1, "root tasks are dealt into this many shards, each with its own engine replica and partition"
+    )
+    runner: Literal["local", "ray"] = opt(
+        "local", "local: shards one after another in this process; ray: in parallel as Ray tasks"
+    )
+    ray_address: str = opt(
+        "", "runner ray: '' starts a local Ray instance; 'auto' or ray://host:10001 joins one"
+    )
+    num_cpus_per_shard: float = opt(1.0, "runner ray: CPUs reserved per shard (its trees and REPL workers)")
+    num_gpus_per_shard: float = opt(
+        0.0, "runner ray: GPUs reserved per shard (policy.tensor_parallel_size for vllm, 1 for hf on GPU)"
+    )
 
 
 @dataclass
@@ -169,6 +242,11 @@ class EvalConfig:
     num_tasks: int = opt(32, "validation tasks per difficulty")
     difficulty: str = opt("easy,medium,hard", "difficulties evaluated (comma list)")
     temperature: float = opt(0.0, "sampling temperature of evaluation (0 = greedy)")
+    modes: str = opt("single,recursive", "`rao eval --compare`: agent modes compared (comma list)")
+    context_limits: str = opt(
+        "", "`rao eval --compare`: max_context_tokens values compared (comma list; empty = agent's)"
+    )
+    trees_to_render: int = opt(4, "tree viewer pages written and logged per round (0: none)")
 
 
 @dataclass
@@ -186,6 +264,11 @@ class CampaignConfig:
     """The training campaign: warm start, then rounds of rollout -> score -> train -> evaluate."""
 
     rounds: int = opt(3, "RL rounds of the campaign (`rao round` / the schedule add more)")
+    control_arm: bool = opt(
+        False,
+        "also train the single-agent control arm with the same budget (run <run_name>-single: "
+        "agent.mode single, plain group baseline, no depth weighting, lambda 0)",
+    )
 
 
 @dataclass
@@ -199,9 +282,12 @@ class RunConfig:
     )
     world: WorldConfig = field(default_factory=WorldConfig)
     tasks: TaskConfig = field(default_factory=TaskConfig)
+    deepdive: DeepDiveConfig = field(default_factory=DeepDiveConfig)
+    oolong: OolongConfig = field(default_factory=OolongConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -228,6 +314,17 @@ def validate(cfg: RunConfig) -> RunConfig:
     need(2 <= cfg.world.max_tier <= 12, "world.max_tier", "must be 2..12")
     need(cfg.world.items_per_tier >= 2, "world.items_per_tier", "must be >= 2")
     need(0.0 < cfg.tasks.val_fraction < 1.0, "tasks.val_fraction", "must be in (0, 1)")
+    for name in ("people", "organisations", "places", "works"):
+        need(getattr(cfg.deepdive, name) >= 8, f"deepdive.{name}", "must be >= 8")
+    need(0.0 < cfg.deepdive.val_fraction < 1.0, "deepdive.val_fraction", "must be in (0, 1)")
+    need(cfg.deepdive.page_chars >= 200, "deepdive.page_chars", "must be >= 200")
+    for diff, sizes in cfg.oolong.difficulty_tokens.items():
+        ok = isinstance(sizes, list) and bool(sizes) and all(isinstance(n, int) and n >= 256 for n in sizes)
+        need(diff in DIFFICULTIES and ok, "oolong.difficulty_tokens", f"{diff}: want a difficulty -> [ints >= 256]")
+    need(cfg.oolong.chars_per_token > 0, "oolong.chars_per_token", "must be > 0")
+    need(2 <= cfg.oolong.speakers <= 12, "oolong.speakers", "must be 2..12")
+    need(cfg.oolong.chunk_chars >= 500, "oolong.chunk_chars", "must be >= 500")
+    need(cfg.oolong.tasks_per_difficulty >= 1, "oolong.tasks_per_difficulty", "must be >= 1")
     d = cfg.tasks.distractors
     need(len(d) == 2 and 0 <= d[0] <= d[1], "tasks.distractors", "must be [min, max] with min <= max")
     for name in ("max_depth", "max_steps", "max_nodes", "max_context_tokens", "max_new_tokens"):
@@ -242,10 +339,20 @@ def validate(cfg: RunConfig) -> RunConfig:
         need(diff.strip() in DIFFICULTIES, "rollout.difficulty", f"unknown difficulty {diff!r}")
     need(cfg.rollout.num_tasks >= 1, "rollout.num_tasks", "must be >= 1")
     need(cfg.rollout.group_size >= 1, "rollout.group_size", "must be >= 1")
+    need(1 <= cfg.rollout.shards <= cfg.rollout.num_tasks, "rollout.shards", "must be 1..rollout.num_tasks")
+    need(cfg.rollout.num_cpus_per_shard > 0, "rollout.num_cpus_per_shard", "must be > 0")
+    need(cfg.rollout.num_gpus_per_shard >= 0, "rollout.num_gpus_per_shard", "must be >= 0")
     need(cfg.scoring.lam >= 0.0, "scoring.lam", "must be >= 0")
     for diff in cfg.eval.difficulty.split(","):
         need(diff.strip() in DIFFICULTIES, "eval.difficulty", f"unknown difficulty {diff!r}")
     need(cfg.eval.num_tasks >= 1, "eval.num_tasks", "must be >= 1")
+    judge = cfg.judge
+    need(judge.kind in ("none", "scripted") or bool(judge.model), "judge.model", f"needed by kind {judge.kind}")
+    need(judge.kind != "openai" or bool(judge.base_url), "judge.base_url", "needed by kind openai")
+    for mode in cfg.eval.modes.split(","):
+        need(mode.strip() in ("single", "recursive"), "eval.modes", f"unknown mode {mode!r}")
+    for limit in filter(None, (x.strip() for x in str(cfg.eval.context_limits).split(","))):
+        need(limit.isdigit() and int(limit) >= 256, "eval.context_limits", f"{limit!r} is not an int >= 256")
     need(cfg.campaign.rounds >= 0, "campaign.rounds", "must be >= 0")
     need("/" not in cfg.run_name and cfg.run_name not in ("", ".", ".."), "run_name", "must be a plain name")
     return cfg
@@ -306,8 +413,13 @@ def parse_override(text: str) -> dict:
     return out
 
 
+# What a suite changes in the defaults above: its paper setup (Oolong: lambda 0.4, depth cap 2).
+# Applied by load_config before the YAML file and --set, so a value the user sets always wins.
+SUITE_DEFAULTS: dict[str, dict] = {"oolong": {"scoring": {"lam": 0.4}, "agent": {"max_depth": 2}}}
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
-    cfg = RunConfig()
+    layers: list[dict] = []
     if path is not None:
         path = Path(path)
         if not path.is_file():
@@ -315,9 +427,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         data = yaml.safe_load(path.read_text()) or {}
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: top level must be a mapping")
-        _apply(cfg, data)
-    for text in overrides or []:
-        _apply(cfg, parse_override(text))
+        layers.append(data)
+    layers += [parse_override(text) for text in overrides or []]
+    suite = next((layer["suite"] for layer in reversed(layers) if "suite" in layer), RunConfig().suite)
+    cfg = RunConfig()
+    for layer in [SUITE_DEFAULTS.get(suite, {}) if isinstance(suite, str) else {}, *layers]:
+        _apply(cfg, layer)
     return validate(cfg)
 
 

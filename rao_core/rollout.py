@@ -2,6 +2,11 @@
 
 synthesize (if the run has no data yet) -> select tasks -> run all trees concurrently on one
 event loop -> rows (one per node) -> runs/<run>/rollouts/round=N/nodes.parquet
+
+Scale-out (docs/scale-out.md): with `rollout.shards = S > 1` the round's root tasks are dealt into
+S shards; each shard builds its own engine replica and writes `round=N/shard=K/` atomically, and the
+round is sealed (its marker lists the shards) once all are complete. Shards run one after another
+here, or in parallel as Ray tasks (flows/training.py); either way a complete shard is never rerun.
 """
 
 from __future__ import annotations
@@ -10,9 +15,9 @@ import asyncio
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -23,13 +28,37 @@ from rao_core.agent.tree import TreeRun, TreeSpec
 from rao_core.config import RunConfig, save_config
 from rao_core.envs.suites import open_suite
 from rao_core.envs.textcraft.tasks import select_tasks
+from rao_core.judges import Judge, build_judge
 from rao_core.models.tokenizer import load_tokenizer
-from rao_core.store.parquet import clean_temporaries, is_complete, read_partition, write_partition
+from rao_core.store.parquet import (
+    clean_temporaries,
+    is_complete,
+    read_meta,
+    read_partition,
+    seal_partition,
+    write_partition,
+)
 from rao_core.store.schema import NODE_SCHEMA
+
+T = TypeVar("T")
 
 
 def rollout_dir(cfg: RunConfig, round_: int) -> Path:
     return cfg.run_dir / "rollouts" / f"round={round_}"
+
+
+def shard_dir(cfg: RunConfig, round_: int, shard: int) -> Path:
+    """Shard K's partition: `round=N/shard=K/`, or the round's own folder when there is one shard
+    (so `shards = 1` keeps the unsharded layout)."""
+    dest = rollout_dir(cfg, round_)
+    return dest if cfg.rollout.shards == 1 else dest / f"shard={shard}"
+
+
+def shard_tasks(tasks: Sequence[T], shards: int) -> list[list[T]]:
+    """Deal root tasks round-robin into `shards` lists. Deterministic (the task draw is seeded),
+    every tree of a task lands in the same shard (its group baseline stays whole), and a
+    difficulty mix is spread evenly."""
+    return [list(tasks[k::shards]) for k in range(shards)]
 
 
 def make_policy(cfg: RunConfig, suite, model_path: Path | None = None) -> tuple[Policy, Any]:
@@ -52,13 +81,15 @@ async def run_trees(
     cfg: RunConfig,
     temperature: float,
     on_tree_done: Callable[[TreeRun], None] | None = None,
+    judge: Judge | None = None,
 ) -> list[TreeRun]:
-    """Run every tree on this event loop, at most `max_concurrent_trees` at a time."""
+    """Run every tree on this event loop, at most `max_concurrent_trees` at a time; `judge`
+    scores the nodes whose environment has no exact verifier (docs/judges.md)."""
     gate = asyncio.Semaphore(cfg.rollout.max_concurrent_trees)
 
     async def one(spec: TreeSpec) -> TreeRun:
         async with gate:
-            run = TreeRun(spec, policy, chat, cfg.agent, cfg.sandbox, temperature)
+            run = TreeRun(spec, policy, chat, cfg.agent, cfg.sandbox, temperature, judge)
             await run.run()
         if on_tree_done:
             on_tree_done(run)
@@ -92,8 +123,8 @@ def tree_rows(run: TreeRun, cfg: RunConfig, split: str) -> list[dict]:
                 "status": r.status,
                 "finish_message": r.finish_message,
                 "success": r.success,
-                "success_source": "verifier",
-                "judge_verdict": None,
+                "success_source": r.success_source,
+                "judge_verdict": r.judge_verdict,
                 "tree_status": run.status,
                 "turns": r.turns,
                 "children": r.children,
@@ -112,12 +143,39 @@ def tree_rows(run: TreeRun, cfg: RunConfig, split: str) -> list[dict]:
 
 
 def rollout_round(cfg: RunConfig, progress: bool = False, model_path: Path | None = None) -> Path:
-    """Roll out one training round; a round whose partition is already complete is not run again."""
+    """Roll out one training round; a round whose partition is already complete is not run again.
+    Shards not yet complete run here one after another (a Ray cluster runs them in parallel first:
+    flows/training.py), then the round is sealed."""
+    if not is_complete(rollout_dir(cfg, cfg.rollout.round)):
+        for k in range(cfg.rollout.shards):
+            rollout_shard(cfg, k, progress, model_path)
+    return seal_round(cfg)
+
+
+def rollout_shard(cfg: RunConfig, shard: int, progress: bool = False, model_path: Path | None = None) -> Path:
+    """Shard `shard` of round `rollout.round`: its share of the root tasks, G trees each, on an
+    engine replica of its own, written as its own partition. Idempotent, so a retried shard whose
+    partition is complete is a no-op and an incomplete one is rewritten whole."""
     r = cfg.rollout
     return run_rollout(
-        cfg, rollout_dir(cfg, r.round), r.split, r.difficulty, r.num_tasks, r.group_size,
-        cfg.policy.temperature, progress, model_path,
+        cfg, shard_dir(cfg, r.round, shard), r.split, r.difficulty, r.num_tasks, r.group_size,
+        cfg.policy.temperature, progress, model_path, shard=(shard, r.shards),
     )  # fmt: skip
+
+
+def seal_round(cfg: RunConfig) -> Path:
+    """Mark a sharded round complete once every shard is (a no-op for one shard or a sealed round):
+    from then on readers see the shards as one table."""
+    dest = rollout_dir(cfg, cfg.rollout.round)
+    if cfg.rollout.shards == 1 or is_complete(dest):
+        return dest
+    parts = [shard_dir(cfg, cfg.rollout.round, k).name for k in range(cfg.rollout.shards)]
+    metas = [read_meta(dest / p) for p in parts if is_complete(dest / p)]
+    meta = {  # the round's wall time is its slowest shard's
+        "trees": sum(m.get("trees", 0) for m in metas),
+        "seconds": max((m.get("seconds", 0.0) for m in metas), default=0.0),
+    }
+    return seal_partition(dest, parts, meta)
 
 
 def run_rollout(
@@ -131,22 +189,27 @@ def run_rollout(
     progress: bool = False,
     model_path: Path | None = None,
     per_difficulty: bool = False,
+    task_seed: int | None = None,
+    shard: tuple[int, int] = (0, 1),
 ) -> Path:
     """G trees for each of N tasks of a split (N per difficulty with `per_difficulty`), written as
-    the partition `dest` (idempotent)."""
+    the partition `dest` (idempotent). Tasks are drawn with `task_seed` (default: a new draw each
+    round; evaluations pass a fixed seed so every policy version meets the same tasks). With
+    `shard = (k, n)` only the k-th of n deals of those tasks is rolled out (`shard_tasks`)."""
     if is_complete(dest):
         return dest
-    clean_temporaries(dest.parent)
+    clean_temporaries(dest.parent, dest.name)  # only its own: sibling shards may be writing
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, cfg.run_dir / "config.yaml")
     suite = open_suite(cfg)
     difficulties = [d.strip() for d in difficulty.split(",")]
-    seed = cfg.tasks.seed + cfg.rollout.round
+    seed = cfg.tasks.seed + cfg.rollout.round if task_seed is None else task_seed
     pool = suite.tasks(split)
     groups = [[d] for d in difficulties] if per_difficulty else [difficulties]
     tasks = [t for g in groups for t in select_tasks(pool, split, g, num_tasks, seed=seed)]
     if not tasks:
         raise ValueError(f"rollout.difficulty: no {split} tasks of difficulty {difficulty!r} in this world")
+    tasks = shard_tasks(tasks, shard[1])[shard[0]]
     specs = [
         TreeSpec(t.task_id, g, suite.env(t), t.difficulty, seed=cfg.rollout.round)
         for t in tasks
@@ -154,12 +217,15 @@ def run_rollout(
     ]
     policy, tokenizer = make_policy(cfg, suite, model_path)
     chat = ChatFraming(tokenizer)
+    judge = build_judge(cfg.judge, cfg.run_dir)
 
     async def main(on_tree_done: Callable[[TreeRun], None] | None) -> list[TreeRun]:
         try:
-            return await run_trees(specs, policy, chat, cfg, temperature, on_tree_done)
+            return await run_trees(specs, policy, chat, cfg, temperature, on_tree_done, judge)
         finally:
             await policy.close()
+            if judge is not None:
+                await judge.close()
             await shutdown_sandboxes()  # leave no worker behind, whatever happened
 
     start = time.time()
@@ -175,8 +241,11 @@ def run_rollout(
         runs = asyncio.run(main(None))
     rows = [row for run in runs for row in tree_rows(run, cfg, split)]
     table = pa.Table.from_pylist(rows, schema=NODE_SCHEMA)
-    meta = {"trees": len(runs), "seconds": round(time.time() - start, 3)}
-    return write_partition({"nodes": table}, dest, meta=meta)
+    meta = {"trees": len(runs), "seconds": round(time.time() - start, 3), "shard": list(shard)}
+    try:
+        return write_partition({"nodes": table}, dest, meta=meta)
+    except FileExistsError:  # a presumed-lost attempt of this shard finished first: keep its rows
+        return dest
 
 
 def summarize(table: pa.Table) -> dict:

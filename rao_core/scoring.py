@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rao_core.config import ScoringConfig
-from rao_core.store.parquet import is_complete, read_partition, write_partition
+from rao_core.store.parquet import is_complete, partition_files, read_partition, write_partition
 from rao_core.store.sqlfiles import run_sql
 
 SCORE_FIELDS: list[tuple[str, pa.DataType, str]] = [
@@ -57,7 +57,7 @@ def scores_dir(run_dir: str | Path, round: int) -> Path:
     return Path(run_dir) / "scores" / f"round={round}"
 
 
-def _params(nodes_path: Path, cfg: ScoringConfig) -> dict[str, Any]:
+def _params(nodes_path: Path | list[Path], cfg: ScoringConfig) -> dict[str, Any]:
     if cfg.unfinished_roots not in ("keep", "drop"):
         raise ValueError(f"scoring.unfinished_roots: {cfg.unfinished_roots!r}")
     if cfg.single_tree_groups not in ("skip", "zero_baseline"):
@@ -65,7 +65,7 @@ def _params(nodes_path: Path, cfg: ScoringConfig) -> dict[str, Any]:
     if cfg.zero_advantage_groups not in ("skip", "keep"):
         raise ValueError(f"scoring.zero_advantage_groups: {cfg.zero_advantage_groups!r}")
     return {
-        "nodes_path": str(nodes_path),
+        "nodes_path": [str(p) for p in nodes_path] if isinstance(nodes_path, list) else str(nodes_path),
         "lam": float(cfg.lam),
         "depth_weighting": bool(cfg.depth_weighting),
         "unfinished_roots": cfg.unfinished_roots,
@@ -74,21 +74,23 @@ def _params(nodes_path: Path, cfg: ScoringConfig) -> dict[str, Any]:
     }
 
 
-def score_nodes(nodes_path: str | Path, cfg: ScoringConfig) -> pa.Table:
-    """Score one round's node file; returns the scores table (rows in the nodes file's order).
+def score_nodes(nodes_path: str | Path | list[Path], cfg: ScoringConfig) -> pa.Table:
+    """Score one round's node file (or the files of its shards, read as one table in list order);
+    returns the scores table (rows in the nodes files' order).
 
     Raises ValueError when the trees are malformed (duplicate node ids, not exactly one root per
     tree, a tree spanning two task ids, children in another tree than their parent) or when two ids
     share a 64-bit hash key, since every baseline would silently be wrong otherwise.
     """
-    params = _params(Path(nodes_path), cfg)
+    params = _params(nodes_path if isinstance(nodes_path, list) else Path(nodes_path), cfg)
     with duckdb.connect() as con:
         for name in PIPELINE:
             run_sql(con, name, params)
             if name == "trees":
                 _check(con, nodes_path, params)
         computed = run_sql(con, "advantages", params).to_arrow_table()
-    ids = pq.read_table(nodes_path, columns=ID_COLUMNS)
+    files = nodes_path if isinstance(nodes_path, list) else [nodes_path]
+    ids = pa.concat_tables([pq.read_table(f, columns=ID_COLUMNS) for f in files])
     if ids.num_rows != computed.num_rows:  # cannot happen: both read every row of the same file
         raise RuntimeError(f"{nodes_path}: {ids.num_rows} id rows vs {computed.num_rows} scored rows")
     columns = {
@@ -123,7 +125,7 @@ def score_round(run_dir: str | Path, round: int, cfg: ScoringConfig) -> Path:
     src = rollouts_dir(run_dir, round)
     if not is_complete(src):
         raise FileNotFoundError(f"no complete rollouts partition at {src}")
-    table = score_nodes(src / "nodes.parquet", cfg)
+    table = score_nodes(partition_files(src, "nodes"), cfg)
     try:
         return write_partition({"scores": table}, dest, meta={"scoring": dataclasses.asdict(cfg)})
     except FileExistsError:  # a concurrent scorer finished first: same inputs, same result

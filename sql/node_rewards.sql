@@ -9,13 +9,15 @@
 -- hash tables are smaller and faster. A collision would silently merge two ids, so checks.sql makes
 -- any collision an error (count(DISTINCT hash) = count(DISTINCT id) per key space). No string
 -- column is read here: scoring.py copies the id columns of the output from the nodes file by
--- position. file_row_number keeps the input order so the scores line up with the nodes file.
+-- position. (file_index, file_row_number) keeps the input order so the scores line up with the
+-- nodes file, or with the shards' files of a sharded round read as one list in shard order.
 -- kids_in_tree: the node's children (if any) all carry its tree_id; a parent_id whose hash
 -- collides with a node of another tree breaks it, so checks.sql refuses that too.
--- Parameters: $nodes_path (that round's nodes.parquet, read by path, never by a hive filter), $lam.
+-- Parameters: $nodes_path (that round's nodes.parquet, or its shards' files as a list, read by path,
+-- never by a hive filter), $lam.
 CREATE OR REPLACE TEMP TABLE node_rewards AS
 WITH n AS MATERIALIZED (
-    SELECT file_row_number AS row_nr,
+    SELECT (file_index::UBIGINT << 40) + file_row_number AS row_nr,
            hash(node_id) AS node_key,
            CASE WHEN parent_id IS NOT NULL THEN hash(parent_id) END AS parent_key,  -- NULL: root
            hash(tree_id) AS tree_key,

@@ -32,6 +32,18 @@ def rollout(cfg: RunConfig, round_: int) -> str:
     return str(campaign.stage_rollout(cfg, round_))
 
 
+@task(name="rollout-shard", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+def rollout_shard(cfg: RunConfig, round_: int, shard: int) -> str:
+    """One shard of a round (one Ray task under the Ray task runner). Prefect retries it when it
+    raises; Ray re-runs it when its worker is lost. Either way a complete shard is not redone."""
+    from rao_core.rollout import rollout_shard
+
+    path = rollout_shard(
+        campaign.round_config(cfg, round_), shard, model_path=campaign.model_path(cfg, round_)
+    )
+    return str(path)
+
+
 @task(name="score", **STAGE)
 def score(cfg: RunConfig, round_: int) -> str:
     return str(campaign.stage_score(cfg, round_))
@@ -57,6 +69,31 @@ def report(cfg: RunConfig, round_: int) -> dict:
     create_table_artifact(key=key, table=campaign.summary_rows(metrics), description=f"round {round_}")
     create_markdown_artifact(key=f"{key}-summary", markdown=campaign.summary_markdown(cfg, round_, metrics))
     return metrics
+
+
+@task(name="campaign-report", cache_policy=NO_CACHE)
+def campaign_report(cfg: RunConfig) -> list[str]:
+    """Learning curves (both arms) and depth against difficulty: files, MLflow, a Prefect artifact."""
+    files = campaign.write_campaign_report(cfg)
+    if "curves" in files:
+        create_markdown_artifact(
+            key=campaign.artifact_key(cfg, "learning-curves"),
+            markdown="# Held-out success per policy version\n\n" + files["curves"].read_text(),
+        )
+    return [str(p) for p in files.values()]
+
+
+@task(name="compare", **STAGE)
+def compare(cfg: RunConfig, version: int) -> dict:
+    """Single against recursive across context limits for one policy version (the paper's table)."""
+    from rao_core.eval.compare import compare_version
+
+    result = compare_version(cfg, version, campaign.model_path(cfg, version))
+    files = campaign.write_comparison(cfg, result)
+    create_markdown_artifact(
+        key=campaign.artifact_key(cfg, "compare", version), markdown=files["table"].read_text()
+    )
+    return result
 
 
 @task(name="log-baseline", cache_policy=NO_CACHE)

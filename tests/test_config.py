@@ -29,6 +29,9 @@ def test_overrides_and_yaml(tmp_path):
         ("policy.error_rate=2", "policy.error_rate"),
         ("agent.max_depth=true", "agent.max_depth"),
         ("run_name=../x", "run_name"),
+        ("judge.kind=hf", "judge.model"),
+        ("eval.modes=recursive,flat", "eval.modes"),
+        ("eval.context_limits=100", "eval.context_limits"),
     ],
 )
 def test_bad_input_names_the_field(override, field):

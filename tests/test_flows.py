@@ -81,7 +81,11 @@ def test_train_flow_end_to_end(prefect_server, tmp_path):
     assert "train/loss" in child_metrics and "scores/mean_reward" in child_metrics
     assert "eval/easy/success" in child_metrics and "rollout/nodes_per_tree" in child_metrics
     artifacts = {a.path for a in client.list_artifacts(children[0].info.run_id)}
-    assert {"eval", "scores", "checkpoint"} <= artifacts
+    assert {"eval", "scores", "checkpoint", "trees"} <= artifacts
+    pages = [a.path for a in client.list_artifacts(children[0].info.run_id, "trees")]
+    assert pages and all(p.endswith(".html") for p in pages)  # viewer pages of sampled trees
+    reports = {a.path for a in client.list_artifacts(parent[0].info.run_id, "reports")}
+    assert {"reports/learning_curves.png", "reports/depth_by_difficulty.png"} <= reports
 
     from prefect.client.orchestration import get_client
 
@@ -93,12 +97,33 @@ def test_train_flow_end_to_end(prefect_server, tmp_path):
 
     keys = asyncio.run(artifact_keys())
     assert campaign.artifact_key(cfg, "round", 1) in keys
+    assert campaign.artifact_key(cfg, "learning-curves") in keys
 
     # A second run of a finished campaign does nothing: no new rows, runs or checkpoints.
     stamp = (cfg.run_dir / "rollouts" / "round=1" / "nodes.parquet").stat().st_mtime_ns
     assert train_flow(overrides=ov) == summary
     assert (cfg.run_dir / "rollouts" / "round=1" / "nodes.parquet").stat().st_mtime_ns == stamp
     assert len(mlflow_runs(cfg)[1]) == 3
+
+
+def test_control_arm_trains_beside_the_main_arm(prefect_server, tmp_path):
+    """campaign.control_arm: the single-agent arm gets the same rounds in <run>-single, and the
+    campaign report draws both learning curves."""
+    from flows.training import train_flow
+
+    ov = overrides(
+        tmp_path, "campaign.rounds=1", "campaign.control_arm=true", "tracking.log_checkpoints=false"
+    )
+    cfg = load_config(overrides=ov)
+    summary = train_flow(overrides=ov)
+    assert set(summary) == {"v0", "v1"}
+    control = campaign.control_config(cfg)
+    rows = pq.read_table(control.run_dir / "rollouts" / "round=0" / "nodes.parquet").to_pylist()
+    assert rows and {r["mode"] for r in rows} == {"single"} and {r["depth"] for r in rows} == {0}
+    assert campaign.checkpoint_complete(campaign.checkpoint_dir(control, 1))
+    assert is_complete(control.run_dir / "eval" / "round=1")
+    curves = (cfg.run_dir / "reports" / "learning_curves.md").read_text()
+    assert "recursive easy" in curves and "single easy" in curves
 
 
 def test_bad_config_fails_before_any_work(tmp_path, capsys):

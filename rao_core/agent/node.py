@@ -34,6 +34,8 @@ class NodeRecord:
     status: str = "error"
     finish_message: str = ""
     success: float = 0.0
+    success_source: str = "verifier"  # verifier, judge or root_proxy (TreeRun.judge_later)
+    judge_verdict: str | None = None  # the judge's JSON verdict, None without a judge
     turns: int = 0
     children: int = 0
     refused_launches: int = 0
@@ -164,7 +166,14 @@ async def run_node(
         if sandbox is not None:
             await asyncio.shield(sandbox.close())
         rec.ended_at = time.time()
-        rec.success = float(env.success(rec.status == "finished", rec.finish_message))
+        try:  # a broken suite scorer costs this node its success, never its row
+            rec.success = float(env.success(rec.status == "finished", rec.finish_message))
+            inputs = env.judge_inputs(rec.status == "finished", rec.finish_message)
+            if inputs is not None:  # no exact verifier: a judge (or the root proxy) decides, later
+                tree.judge_later(rec, inputs)
+        except Exception as e:
+            rec.success, rec.status = 0.0, "error"
+            rec.finish_message = f"scoring failed: {type(e).__name__}: {e}"[:500]
         rec.token_ids, rec.action_mask = ids, mask
         if logprobs:
             rec.logprobs = logprobs + [0.0] * (len(ids) - len(logprobs))

@@ -2,7 +2,8 @@
 
 Children run as coroutines on the same event loop as everything else, so siblings launched with
 `asyncio.gather` proceed concurrently and their engine requests batch together. Budgets that span
-the tree (nodes per tree, wall-clock) live here; per-node budgets live in the node loop.
+the tree (nodes per tree, wall-clock) live here; per-node budgets live in the node loop. So do the
+success values that need the whole tree: judge verdicts and the root proxy (judge_later).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from rao_core.agent.policy import Policy
 from rao_core.agent.prompts import ChatFraming
 from rao_core.config import AgentConfig, SandboxConfig
 from rao_core.envs.base import Environment
+from rao_core.judges import Judge, error_verdict
 
 
 @dataclass
@@ -45,8 +47,11 @@ class TreeRun:
         agent_cfg: AgentConfig,
         sandbox_cfg: SandboxConfig,
         temperature: float = 1.0,
+        judge: Judge | None = None,
     ) -> None:
         self.spec, self.policy, self.chat = spec, policy, chat
+        self.judge = judge
+        self.judging: list[asyncio.Task] = []  # verdicts in flight, awaited when the root ends
         self.temperature = temperature
         self.agent_cfg, self.sandbox_cfg = agent_cfg, sandbox_cfg
         self.tree_id = spec.tree_id
@@ -80,6 +85,35 @@ class TreeRun:
     def release_child(self) -> None:
         self.nodes_started -= 1
 
+    def judge_later(self, rec: NodeRecord, inputs: dict) -> None:
+        """Score a node that has no exact verifier (its env returned judge_inputs). With a judge,
+        the verdict runs as its own task, awaited at the end of the tree: a parent never waits on
+        its child's judge, and a tree timeout never cancels a verdict. Without one, the node takes
+        the root's final success: the proxy of rao-method.md section 2 (success_source root_proxy)."""
+        if self.judge is None:
+            rec.success_source = "root_proxy"
+            return
+        rec.success, rec.success_source = 0.0, "judge"
+        self.judging.append(asyncio.ensure_future(self._judge_node(rec, inputs)))
+
+    async def _judge_node(self, rec: NodeRecord, inputs: dict) -> None:
+        assert self.judge is not None
+        try:
+            v = await self.judge.judge(inputs["goal"], inputs["answer"], inputs.get("reference"))
+        except Exception as e:  # a broken judge fails this node's score, never the tree
+            v = error_verdict(e, self.judge.name)
+        rec.success, rec.judge_verdict = v.success, v.verdict
+
+    async def settle_success(self) -> None:
+        """After the root has ended: wait for pending verdicts, then give root_proxy nodes the
+        root's success (the root keeps its own env.success() when it is a proxy itself)."""
+        if self.judging:
+            await asyncio.shield(asyncio.gather(*self.judging))
+        root = next((r for r in self.records if r.parent_id is None), None)
+        for r in self.records:
+            if root is not None and r is not root and r.success_source == "root_proxy":
+                r.success = root.success
+
     async def run(self) -> list[NodeRecord]:
         start = time.perf_counter()
         root = asyncio.ensure_future(run_node(self, self.spec.env, "0", 0, None))
@@ -87,5 +121,6 @@ class TreeRun:
             await asyncio.wait_for(root, timeout=self.agent_cfg.tree_timeout_s)
         except TimeoutError:
             self.status = "timeout"
+        await self.settle_success()
         self.seconds = time.perf_counter() - start
         return sorted(self.records, key=lambda r: r.started_at)

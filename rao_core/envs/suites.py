@@ -79,7 +79,83 @@ class TextCraftSmallData:
         return SmallExpert(cfg.policy.error_rate, cfg.policy.latency_s)
 
 
-SUITES: dict[str, type] = {"textcraft": TextCraftData, "textcraft-small": TextCraftSmallData}
+class OolongData:
+    """Oolong-style long-context aggregation: synthetic session transcripts by length bucket (val:
+    the real oolong-real rows when oolong.real_path is set), the chunk-and-delegate expert."""
+
+    files = ("train.parquet", "val.parquet")
+
+    @staticmethod
+    def synthesize(cfg: RunConfig, out: Path) -> None:
+        from rao_core.envs.oolong import synthesize
+
+        synthesize(cfg.oolong, out)
+
+    def __init__(self, data_dir: Path) -> None:
+        self.dir = data_dir
+
+    def tasks(self, split: str) -> list[Any]:
+        from rao_core.envs.oolong import load_tasks
+
+        return load_tasks(self.dir / f"{split}.parquet")
+
+    def env(self, task: Any) -> Environment:
+        from rao_core.envs.oolong import env_from_task
+
+        return env_from_task(task)
+
+    def expert(self, cfg: RunConfig) -> Policy:
+        from rao_core.envs.oolong.expert import OolongExpert
+
+        a = cfg.agent
+        return OolongExpert(
+            cfg.oolong.chunk_chars, a.max_children, a.max_steps, cfg.policy.error_rate, cfg.policy.latency_s,
+            reply_format=a.reply_format,
+        )  # fmt: skip
+
+
+class DeepDiveData:
+    """DeepDive-style deep search: a seeded knowledge graph as a local web (BM25 search), multi-hop
+    questions by hops (or the real rows from deepdive.real_path), the hop-by-hop expert."""
+
+    files = ("settings.json", "graph.json", "pages.parquet", "train.parquet", "val.parquet")
+
+    @staticmethod
+    def synthesize(cfg: RunConfig, out: Path) -> None:
+        from rao_core.envs.deepdive import synthesize
+
+        synthesize(cfg.deepdive, out)
+
+    def __init__(self, data_dir: Path) -> None:
+        from rao_core.envs.deepdive import open_world
+
+        self.dir = data_dir
+        self.world = open_world(data_dir)
+
+    def tasks(self, split: str) -> list[Any]:
+        from rao_core.envs.deepdive import load_tasks
+
+        return load_tasks(self.dir / f"{split}.parquet")
+
+    def env(self, task: Any) -> Environment:
+        from rao_core.envs.deepdive import env_from_task
+
+        return env_from_task(self.world, task)
+
+    def expert(self, cfg: RunConfig) -> Policy:
+        from rao_core.envs.deepdive.expert import DeepDiveExpert
+
+        return DeepDiveExpert(
+            self.world.graph, cfg.policy.error_rate, cfg.policy.latency_s, reply_format=cfg.agent.reply_format
+        )
+
+
+SUITES: dict[str, type] = {
+    "textcraft": TextCraftData,
+    "textcraft-small": TextCraftSmallData,
+    "oolong": OolongData,
+    "deepdive": DeepDiveData,
+}
 
 
 def data_dir(cfg: RunConfig) -> Path:

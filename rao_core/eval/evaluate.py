@@ -27,7 +27,7 @@ def evaluate_round(
     dest = eval_dir(cfg, round_)
     run_rollout(
         cfg, dest, "val", cfg.eval.difficulty, cfg.eval.num_tasks, 1, cfg.eval.temperature, progress,
-        model_path, per_difficulty=True,
+        model_path, per_difficulty=True, task_seed=cfg.tasks.seed,
     )  # fmt: skip
     return summarize_eval(dest)
 

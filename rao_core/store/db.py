@@ -16,16 +16,17 @@ import duckdb
 import pyarrow as pa
 
 from rao_core.scoring import SCORES_SCHEMA
-from rao_core.store.parquet import is_complete
+from rao_core.store.parquet import is_complete, partition_files
 from rao_core.store.schema import NODE_SCHEMA
 from rao_core.store.sqlfiles import run_sql
 
 
 def complete_files(run_dir: str | Path, table: str, stem: str) -> list[Path]:
-    """`run_dir/<table>/round=*/<stem>.parquet` of complete partitions, in round order."""
+    """`run_dir/<table>/round=*/<stem>.parquet` of complete partitions, in round order (a sharded
+    round contributes the files of the shards its marker lists, `round=N/shard=K/<stem>.parquet`)."""
     parts = [p for p in (Path(run_dir) / table).glob("round=*") if p.is_dir() and is_complete(p)]
     parts.sort(key=lambda p: (len(p.name), p.name))  # round=10 after round=9
-    return [p / f"{stem}.parquet" for p in parts if (p / f"{stem}.parquet").is_file()]
+    return [f for p in parts for f in partition_files(p, stem) if f.is_file()]
 
 
 def _view(con: duckdb.DuckDBPyConnection, name: str, files: list[Path], empty: pa.Schema) -> None:

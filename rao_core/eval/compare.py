@@ -1,0 +1,49 @@
+"""The paper's comparison: one policy, recursive against single agent, across difficulties and
+context limits, greedy, on held-out tasks.
+
+    compare/version=V/mode=M/ctx=C/nodes.parquet + _COMPLETE + summary.json
+
+Each cell is an ordinary evaluation partition (one tree per task), so it is resumable cell by cell
+and queryable with the same SQL as rollouts. The policy can be any engine the configuration names
+(a checkpoint through transformers or vLLM, or an OpenAI-compatible endpoint).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from rao_core.config import RunConfig
+from rao_core.eval.evaluate import summarize_eval
+from rao_core.rollout import run_rollout
+
+
+def grid(cfg: RunConfig) -> list[tuple[str, int]]:
+    """(mode, context limit) cells of the comparison, from eval.modes and eval.context_limits
+    (validated by load_config)."""
+    modes = [m.strip() for m in cfg.eval.modes.split(",") if m.strip()]
+    limits = [int(x) for x in str(cfg.eval.context_limits).split(",") if x.strip()]
+    return [(m, c) for c in limits or [cfg.agent.max_context_tokens] for m in modes]
+
+
+def cell_dir(cfg: RunConfig, version: int, mode: str, ctx: int) -> Path:
+    return cfg.run_dir / "compare" / f"version={version}" / f"mode={mode}" / f"ctx={ctx}"
+
+
+def compare_version(
+    cfg: RunConfig, version: int, model_path: Path | None = None, progress: bool = False
+) -> dict[str, Any]:
+    """Evaluate policy version `version` in every cell of the grid; returns
+    {"version", "cells": [{"mode", "ctx", "summary"}]} (complete cells are only read back)."""
+    cells = []
+    for mode, ctx in grid(cfg):
+        agent = dataclasses.replace(cfg.agent, mode=mode, max_context_tokens=ctx)
+        cell_cfg = dataclasses.replace(cfg, agent=agent)
+        dest = cell_dir(cfg, version, mode, ctx)
+        run_rollout(
+            cell_cfg, dest, "val", cfg.eval.difficulty, cfg.eval.num_tasks, 1, cfg.eval.temperature,
+            progress, model_path, per_difficulty=True, task_seed=cfg.tasks.seed,
+        )  # fmt: skip
+        cells.append({"mode": mode, "ctx": ctx, "summary": summarize_eval(dest)})
+    return {"version": version, "cells": cells}

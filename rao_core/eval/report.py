@@ -1,0 +1,129 @@
+"""Reports people look at: the paper-style comparison table, learning curves of both arms, and
+depth reached against task difficulty. Inputs are evaluation summaries (rao_core.eval.metrics);
+outputs are markdown text and PNG files (matplotlib, headless)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+DIFFICULTY_ORDER = ("easy", "medium", "hard", "extreme")
+
+
+def difficulties(summary: dict[str, Any]) -> list[str]:
+    """The difficulty keys of an evaluation summary, easiest first."""
+    keys = [k for k, v in summary.items() if isinstance(v, dict) and "success" in v and k != "all"]
+    return sorted(keys, key=lambda k: (DIFFICULTY_ORDER.index(k) if k in DIFFICULTY_ORDER else 99, k))
+
+
+def _cell(m: dict[str, Any] | None) -> str:
+    if not m or not m.get("trees"):
+        return "—"
+    return f"{100 * m['success']:.0f}% [{100 * m['success_ci_low']:.0f}–{100 * m['success_ci_high']:.0f}]"
+
+
+def comparison_markdown(result: dict[str, Any], title: str = "") -> str:
+    """Rows: difficulty (and all). Columns: single and recursive per context limit. Each cell is
+    success with its 95% Wilson interval; a second table gives the cost of each cell."""
+    cells = {(c["mode"], c["ctx"]): c["summary"] for c in result["cells"]}
+    ctxs = sorted({ctx for _, ctx in cells})
+    modes = [m for m in ("single", "recursive") if any(k[0] == m for k in cells)]
+    diffs = difficulties(next(iter(cells.values()))) + ["all"] if cells else []
+    head = [f"{mode} @{ctx}" for ctx in ctxs for mode in modes]
+    lines = [f"### {title}" if title else "", ""]
+    lines += ["| difficulty | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
+    for d in diffs:
+        row = [_cell(cells.get((mode, ctx), {}).get(d)) for ctx in ctxs for mode in modes]
+        lines.append(f"| {d} | " + " | ".join(row) + " |")
+    n = next(iter(cells.values()))["all"].get("trees", 0) if cells else 0
+    lines += ["", f"Success with 95% Wilson interval, greedy, {n} held-out trees per column.", ""]
+    lines += [
+        "| cell | steps/tree | nodes/tree | max depth | tokens/tree | seconds/tree |",
+        "|---|---|---|---|---|---|",
+    ]
+    for ctx in ctxs:
+        for mode in modes:
+            a = cells.get((mode, ctx), {}).get("all")
+            if a and a.get("trees"):
+                lines.append(
+                    f"| {mode} @{ctx} | {a['turns_per_tree']:.1f} | {a['nodes_per_tree']:.2f} "
+                    f"| {a['max_depth']} | {a['tokens_per_tree']:.0f} | {a['seconds_per_tree']:.2f} |"
+                )
+    return "\n".join(lines).strip() + "\n"
+
+
+def curves_markdown(arms: dict[str, dict[int, dict[str, Any]]]) -> str:
+    """Held-out success per policy version, one column per (arm, difficulty)."""
+    cols = [(arm, d) for arm, versions in arms.items() for d in difficulties(next(iter(versions.values())))]
+    versions = sorted({v for vs in arms.values() for v in vs})
+    lines = ["| version | " + " | ".join(f"{a} {d}" for a, d in cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for v in versions:
+        row = [_cell(arms[a].get(v, {}).get(d)) for a, d in cols]
+        lines.append(f"| v{v} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_learning_curves(arms: dict[str, dict[int, dict[str, Any]]], out: Path) -> Path:
+    """Success against policy version, per difficulty (colour) and arm (line style), with the
+    Wilson interval as a band."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    styles = {"recursive": "-", "single": "--"}
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for arm, versions in arms.items():
+        vs = sorted(versions)
+        for i, d in enumerate(difficulties(versions[vs[0]]) + ["all"]):
+            ms = [versions[v].get(d, {}) for v in vs]
+            x = [v for v, m in zip(vs, ms, strict=True) if m.get("trees")]
+            ms = [m for m in ms if m.get("trees")]
+            colour = "black" if d == "all" else colours[i % len(colours)]
+            ax.plot(x, [m["success"] for m in ms], styles.get(arm, ":"), marker="o", color=colour,
+                    label=f"{arm} {d}")  # fmt: skip
+            ax.fill_between(x, [m["success_ci_low"] for m in ms], [m["success_ci_high"] for m in ms],
+                            color=colour, alpha=0.08)  # fmt: skip
+    ax.set(xlabel="policy version (0 = warm start)", ylabel="held-out success", ylim=(0, 1.02))
+    ax.set_title("Learning curves")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    return _save(fig, out)
+
+
+def plot_depth_by_difficulty(cells: dict[str, dict[str, Any]], out: Path) -> Path:
+    """Mean and maximum depth reached per difficulty, one bar group per labelled summary."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    diffs = difficulties(next(iter(cells.values())))
+    width = 0.8 / max(1, len(cells))
+    for i, (label, summary) in enumerate(cells.items()):
+        xs = [j + i * width for j in range(len(diffs))]
+        means = [summary.get(d, {}).get("mean_max_depth", 0) for d in diffs]
+        bars = ax.bar(xs, means, width, label=f"{label}: mean")
+        ax.scatter(xs, [summary.get(d, {}).get("max_depth", 0) for d in diffs], marker="_", s=200,
+                   color=bars[0].get_facecolor(), label=f"{label}: max")  # fmt: skip
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(diffs))], diffs)
+    ax.set(xlabel="task difficulty", ylabel="depth reached (root = 0)")
+    ax.set_title("Depth reached against difficulty")
+    ax.legend(fontsize=7)
+    return _save(fig, out)
+
+
+def _save(fig: Any, out: Path) -> Path:
+    """Write atomically: a reader (MLflow, the UI) never sees half a PNG."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    fig.tight_layout()
+    fig.savefig(tmp, dpi=110, format="png")
+    tmp.replace(out)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return out
