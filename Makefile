@@ -19,8 +19,8 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q -e '.[dev]'
 	touch $(STAMP)
 
-run: install            ## the main job on the embedded default (CPU, scripted/tiny policy, runs/ folder)
-	.venv/bin/rao rollout
+run: install            ## the main job: the embedded default training campaign (CPU, tiny model, runs/default)
+	.venv/bin/rao train
 
 test: install           ## lint, then the default test suite (no slow or GPU tests)
 	bash scripts/ensure_chromium.sh

@@ -103,11 +103,13 @@ def stage_score(cfg: RunConfig, round_: int) -> Path:
 
 
 def stage_train(cfg: RunConfig, round_: int) -> dict[str, Any]:
-    from rao_core.train.stage import train_round
+    """In the flow's process, or as `accelerate launch` on N processes when train.accelerate_config is set."""
+    from rao_core.train.stage import launch_round, train_round
 
-    return train_round(
-        cfg.run_dir, round_, model_path(cfg, round_), checkpoint_dir(cfg, round_ + 1), cfg.train
-    )
+    paths = (cfg.run_dir, round_, model_path(cfg, round_), checkpoint_dir(cfg, round_ + 1))
+    if cfg.train.accelerate_config:
+        return launch_round(cfg.train.accelerate_config, *paths, cfg.train)
+    return train_round(*paths, cfg.train)
 
 
 def stage_evaluate(cfg: RunConfig, version: int, progress: bool = False) -> dict[str, Any]:

@@ -68,7 +68,7 @@ class DeepDiveConfig:
     max_results: int = opt(5, "search_web: default number of results")
     page_chars: int = opt(3000, "view_webpage_content: characters returned per call")
     backend: str = opt("bm25", "search backend: bm25 (local corpus) or 'module:factory' (real backend)")
-    real_path: str = opt("", "real DeepDive data (parquet/jsonl/json file or dataset folder); empty: synthetic")
+    real_path: str = opt("", "real DeepDive data (parquet/jsonl/json file or folder); empty: synthetic")
     real_split: str = opt("qa_rl", "split of the real dataset folder to read (qa_rl or qa_sft)")
 
 
@@ -87,7 +87,7 @@ class OolongConfig:
     speakers: int = opt(4, "player characters per transcript (2..12; the DM speaks too)")
     chunk_chars: int = opt(32000, "scripted expert: characters per chunk it reads or delegates")
     real_path: str = opt(
-        "", "local oolong-real (config dnd) .jsonl/.json/.parquet file or folder: its rows become the val split"
+        "", "local oolong-real (dnd) .jsonl/.json/.parquet file or folder: its rows become the val split"
     )
 
 
@@ -97,19 +97,17 @@ class AgentConfig:
 
     mode: Literal["recursive", "single"] = opt("recursive", "single removes launch_subagent")
     max_depth: int = opt(6, "depth cap (root = 0); launches past it are refused")
-    max_steps: int = opt(25, "model turns per node")
+    max_steps: int = opt(40, "model turns per node")
     max_children: int = opt(8, "sub-agents one node may start")
     max_nodes: int = opt(64, "nodes per tree, root included")
-    max_context_tokens: int = opt(8192, "tokens per node; overflow ends the node as failed")
-    max_new_tokens: int = opt(512, "tokens sampled per turn")
+    max_context_tokens: int = opt(2048, "tokens per node; overflow ends the node as failed")
+    max_new_tokens: int = opt(32, "tokens sampled per turn")
     cell_timeout_s: float = opt(10.0, "wall-clock limit of one cell")
     tree_timeout_s: float = opt(600.0, "wall-clock limit of one tree")
     loop_guard: int = opt(4, "end a node that sends the same cell this many times in a row")
     max_observation_chars: int = opt(2000, "cell output beyond this is truncated")
     max_calls_per_cell: int = opt(200, "tool and launch calls one cell may make")
-    reply_format: str = opt(
-        "thought_python", "reply format: thought_python (reference), python (terse), markdown"
-    )
+    reply_format: str = opt("python", "reply format: thought_python (reference), python (terse), markdown")
 
 
 @dataclass
@@ -126,9 +124,9 @@ class SandboxConfig:
 class PolicyConfig:
     """Which policy writes the cells, and how it samples."""
 
-    kind: Literal["scripted", "hf", "vllm", "openai"] = opt("scripted", "scripted expert or a model engine")
+    kind: Literal["scripted", "hf", "vllm", "openai"] = opt("hf", "scripted expert or a model engine")
     model: str = opt(
-        "tiny",
+        "small-warmstart",
         "a checkpoint shipped in rao_core/models/checkpoints, 'warmstart' (train one in this run), "
         "'tiny' (untrained bootstrap model) or a local Hugging Face folder",
     )
@@ -171,9 +169,9 @@ class JudgeConfig:
 @dataclass
 class RolloutConfig:
     split: Literal["train", "val"] = opt("train", "which tasks to roll out")
-    difficulty: str = opt("medium", "easy, medium, hard, extreme, or a comma list")
-    num_tasks: int = opt(8, "root tasks N")
-    group_size: int = opt(4, "trees per root task G")
+    difficulty: str = opt("hard", "easy, medium, hard, extreme, or a comma list")
+    num_tasks: int = opt(16, "root tasks N")
+    group_size: int = opt(6, "trees per root task G")
     max_concurrent_trees: int = opt(16, "trees in flight at once")
     round: int = opt(0, "round (iteration) the rows belong to")
     policy_version: int = opt(0, "policy version recorded with the rows")
@@ -210,7 +208,7 @@ class TrainConfig:
     loss_type: Literal["cispo", "grpo", "dr_grpo", "dapo", "bnpo", "sapo", "luspo", "vespo"] = opt(
         "cispo", "TRL loss; cispo = -(sg(clip(ratio, 0, clip_high)) * A * log pi), token mean (the reference)"
     )
-    lr: float = opt(3e-6, "AdamW learning rate, constant (real models; the tiny model needs ~1e-3)")
+    lr: float = opt(3e-4, "AdamW learning rate, constant (the tiny model; the paper uses 3e-6 for 4B)")
     betas: list = opt([0.9, 0.95], "AdamW betas")
     weight_decay: float = opt(0.017, "AdamW weight decay")
     max_grad_norm: float = opt(1.0, "gradient clipping by global norm; 0 disables it")
@@ -230,9 +228,14 @@ class TrainConfig:
         ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], "LoRA target modules"
     )
     max_tokens_per_microbatch: int = opt(16384, "padded tokens (rows x longest row) per forward/backward")
-    steps_per_round: int = opt(1, "optimiser steps per round: the batch is dealt into this many mini-batches")
+    steps_per_round: int = opt(4, "optimiser steps per round: the batch is dealt into this many mini-batches")
     seed: int = opt(0, "seed of mini-batch dealing and of torch")
     device: str = opt("auto", "cpu, cuda or auto")
+    accelerate_config: str = opt(
+        "",
+        "accelerate config file (configs/accelerate/*.yaml): the train stage then runs as its own "
+        "`accelerate launch` on N processes (DDP/FSDP/ZeRO-3); empty = in the flow's process",
+    )
 
 
 @dataclass
@@ -240,7 +243,7 @@ class EvalConfig:
     """Held-out evaluation after each round (greedy by default, one tree per task)."""
 
     num_tasks: int = opt(32, "validation tasks per difficulty")
-    difficulty: str = opt("easy,medium,hard", "difficulties evaluated (comma list)")
+    difficulty: str = opt("medium,hard", "difficulties evaluated (comma list)")
     temperature: float = opt(0.0, "sampling temperature of evaluation (0 = greedy)")
     modes: str = opt("single,recursive", "`rao eval --compare`: agent modes compared (comma list)")
     context_limits: str = opt(
@@ -276,7 +279,7 @@ class RunConfig:
     run_name: str = opt("default", "folder name under runs_dir")
     runs_dir: str = opt("runs", "root folder of all runs")
     suite: Literal["textcraft", "textcraft-small", "oolong", "deepdive"] = opt(
-        "textcraft",
+        "textcraft-small",
         "task suite: TextCraft-Synth (reference or the tiny-model profile), oolong (long-context "
         "aggregation) or deepdive (deep search)",
     )
@@ -320,7 +323,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     need(cfg.deepdive.page_chars >= 200, "deepdive.page_chars", "must be >= 200")
     for diff, sizes in cfg.oolong.difficulty_tokens.items():
         ok = isinstance(sizes, list) and bool(sizes) and all(isinstance(n, int) and n >= 256 for n in sizes)
-        need(diff in DIFFICULTIES and ok, "oolong.difficulty_tokens", f"{diff}: want a difficulty -> [ints >= 256]")
+        need(diff in DIFFICULTIES, "oolong.difficulty_tokens", f"unknown difficulty {diff!r}")
+        need(ok, f"oolong.difficulty_tokens.{diff}", "must be a non-empty list of ints >= 256")
     need(cfg.oolong.chars_per_token > 0, "oolong.chars_per_token", "must be > 0")
     need(2 <= cfg.oolong.speakers <= 12, "oolong.speakers", "must be 2..12")
     need(cfg.oolong.chunk_chars >= 500, "oolong.chunk_chars", "must be >= 500")
@@ -347,7 +351,9 @@ def validate(cfg: RunConfig) -> RunConfig:
         need(diff.strip() in DIFFICULTIES, "eval.difficulty", f"unknown difficulty {diff!r}")
     need(cfg.eval.num_tasks >= 1, "eval.num_tasks", "must be >= 1")
     judge = cfg.judge
-    need(judge.kind in ("none", "scripted") or bool(judge.model), "judge.model", f"needed by kind {judge.kind}")
+    need(
+        judge.kind in ("none", "scripted") or bool(judge.model), "judge.model", f"needed by kind {judge.kind}"
+    )
     need(judge.kind != "openai" or bool(judge.base_url), "judge.base_url", "needed by kind openai")
     for mode in cfg.eval.modes.split(","):
         need(mode.strip() in ("single", "recursive"), "eval.modes", f"unknown mode {mode!r}")
@@ -413,9 +419,28 @@ def parse_override(text: str) -> dict:
     return out
 
 
-# What a suite changes in the defaults above: its paper setup (Oolong: lambda 0.4, depth cap 2).
-# Applied by load_config before the YAML file and --set, so a value the user sets always wins.
-SUITE_DEFAULTS: dict[str, dict] = {"oolong": {"scoring": {"lam": 0.4}, "agent": {"max_depth": 2}}}
+# The defaults above are the embedded CPU campaign: the shipped warm-started tiny model on
+# TextCraft-Synth's small profile. The other suites need an instruction-following LLM; their
+# defaults are the reference agent profile of the paper with the scripted expert as the policy (a
+# model is a `policy.kind`/`policy.model` away), plus each suite's paper setup. Applied by
+# load_config before the YAML file and --set, so a value the user sets always wins.
+REFERENCE_PROFILE: dict[str, dict] = {
+    "agent": {
+        "reply_format": "thought_python",
+        "max_context_tokens": 8192,
+        "max_new_tokens": 512,
+        "max_steps": 25,
+    },
+    "policy": {"kind": "scripted", "model": "tiny"},
+    "rollout": {"difficulty": "medium", "num_tasks": 8, "group_size": 4},
+    "eval": {"difficulty": "easy,medium,hard"},
+    "train": {"lr": 3e-6, "steps_per_round": 1},
+}
+SUITE_DEFAULTS: dict[str, list[dict]] = {
+    "textcraft": [REFERENCE_PROFILE],
+    "oolong": [REFERENCE_PROFILE, {"scoring": {"lam": 0.4}, "agent": {"max_depth": 2}}],
+    "deepdive": [REFERENCE_PROFILE, {"agent": {"max_depth": 4}}],
+}
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
@@ -431,7 +456,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     layers += [parse_override(text) for text in overrides or []]
     suite = next((layer["suite"] for layer in reversed(layers) if "suite" in layer), RunConfig().suite)
     cfg = RunConfig()
-    for layer in [SUITE_DEFAULTS.get(suite, {}) if isinstance(suite, str) else {}, *layers]:
+    for layer in [*(SUITE_DEFAULTS.get(suite, []) if isinstance(suite, str) else []), *layers]:
         _apply(cfg, layer)
     return validate(cfg)
 

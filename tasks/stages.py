@@ -49,7 +49,7 @@ def score(cfg: RunConfig, round_: int) -> str:
     return str(campaign.stage_score(cfg, round_))
 
 
-@task(name="train", **STAGE)
+@task(name="train", log_prints=False, **STAGE)  # dill (datasets) prints `dis` output
 def train(cfg: RunConfig, round_: int) -> str:
     campaign.stage_train(cfg, round_)
     return str(campaign.checkpoint_dir(cfg, round_ + 1))

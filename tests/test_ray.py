@@ -8,8 +8,10 @@ retries after a lost worker), not the policy.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -83,17 +85,29 @@ def test_local_shards_resume_then_seal(tmp_path):
     assert meta["trees"] == TASKS * 2  # TOY's G = 2
 
 
+def shard_task_runs(since: datetime) -> list[str]:
+    """States of the `rollout-shard` task runs that started after `since`."""
+    from prefect.client.orchestration import get_client
+
+    async def read():
+        async with get_client() as client:
+            return await client.read_task_runs()
+
+    runs = asyncio.run(read())
+    return [r.state.type.value for r in runs if r.name.startswith("rollout-shard") and r.start_time >= since]
+
+
 def check_round(cfg: RunConfig) -> list[dict]:
     """The sealed round: both shards listed and complete, each root task in one shard only, G
     trees per task, no node twice; the DuckDB view and read_partition agree."""
     dest = rollout_dir(cfg, 0)
     assert read_meta(dest)["parts"] == ["shard=0", "shard=1"]
-    shard_tasks = []
+    task_sets = []
     for part in ("shard=0", "shard=1"):
         assert is_complete(dest / part)
         table = pq.read_table(dest / part / "nodes.parquet", columns=["task_id"])
-        shard_tasks.append(set(table.column("task_id").to_pylist()))
-    assert all(shard_tasks) and not shard_tasks[0] & shard_tasks[1]
+        task_sets.append(set(table.column("task_id").to_pylist()))
+    assert all(task_sets) and not task_sets[0] & task_sets[1]
     rows = load_round(cfg, 0).to_pylist()
     assert len([r for r in rows if r["parent_id"] is None]) == TASKS * G
     ids = [r["node_id"] for r in rows]
@@ -108,7 +122,9 @@ def test_sharded_rollout_on_ray_matches_one_local_rollout(ray_cluster, prefect_s
     from flows.training import rollout_flow
 
     overrides, cfg = sharded_config(tmp_path)
+    since = datetime.now(UTC)
     assert Path(rollout_flow(overrides=overrides)) == rollout_dir(cfg, 0)
+    assert shard_task_runs(since) == ["COMPLETED", "COMPLETED"]  # one task run per shard
     rows = check_round(cfg)
 
     # The shards together hold the trees of one unsharded rollout (same seeded task draw), and
@@ -128,8 +144,9 @@ def test_sharded_rollout_on_ray_matches_one_local_rollout(ray_cluster, prefect_s
 @task(name="rollout-shard", cache_policy=NO_CACHE)  # no Prefect retries: only Ray can bring it back
 def dying_shard(cfg: RunConfig, round_: int, shard: int) -> str:
     """On its first attempt a shard's worker is SIGKILLed: shard 0 right after its partition is
-    complete (the retry must not write it again), shard 1 mid-write, leaving a half-written
-    partition and a temporary folder behind (the retry must replace them atomically)."""
+    complete (the retry must not write it again), shard 1 with what a crash mid-write leaves, a
+    partition folder without marker holding half a file and a temporary folder (the retry must
+    replace them atomically)."""
     once = Path(cfg.runs_dir) / f"killed-shard-{shard}"
     if once.exists():
         return stages.rollout_shard.fn(cfg, round_, shard)
@@ -153,8 +170,10 @@ def test_lost_workers_shards_are_retried_without_duplicates(
 
     monkeypatch.setattr(stages, "rollout_shard", dying_shard)  # what the flow maps over Ray
     overrides, cfg = sharded_config(tmp_path)
+    since = datetime.now(UTC)
     rollout_flow(overrides=overrides)
     assert (tmp_path / "killed-shard-0").is_file() and (tmp_path / "killed-shard-1").is_file()
+    assert shard_task_runs(since) == ["COMPLETED", "COMPLETED"]  # Ray re-ran the same task runs
     check_round(cfg)
     first_write = int((tmp_path / "killed-shard-0").read_text())
     assert (rollout_dir(cfg, 0) / "shard=0" / "nodes.parquet").stat().st_mtime_ns == first_write

@@ -88,10 +88,11 @@ class TreeRun:
     def judge_later(self, rec: NodeRecord, inputs: dict) -> None:
         """Score a node that has no exact verifier (its env returned judge_inputs). With a judge,
         the verdict runs as its own task, awaited at the end of the tree: a parent never waits on
-        its child's judge, and a tree timeout never cancels a verdict. Without one, the node takes
-        the root's final success: the proxy of rao-method.md section 2 (success_source root_proxy)."""
+        its child's judge, and a tree timeout never cancels a verdict. Without one, a node whose
+        goal the suite could read back into an exact reference keeps env.success() (a verifier);
+        any other takes the root's final success: the proxy of rao-method.md section 2."""
         if self.judge is None:
-            rec.success_source = "root_proxy"
+            rec.success_source = "verifier" if inputs.get("reference") is not None else "root_proxy"
             return
         rec.success, rec.success_source = 0.0, "judge"
         self.judging.append(asyncio.ensure_future(self._judge_node(rec, inputs)))

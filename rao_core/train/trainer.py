@@ -7,24 +7,36 @@ them to the device instead of generating and scoring completions. `_compute_loss
 a thin wrapper around its log-prob helper fills in behaviour log-probs for scripted rows and records
 ratio statistics. Tested against TRL 1.16.0 exactly (pinned in pyproject.toml): the inputs dict and
 the normaliser are private TRL details that may change between versions.
+
+Under `accelerate launch` (N processes: DDP, FSDP or DeepSpeed) every rank builds the same plan and
+takes its share of each optimiser step (`rank_batches`); the prepared model all-reduces gradients and
+`train_rows` sums the metrics over ranks, so rank 0 reports the numbers of the whole round.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate.utils import DistributedType
 from datasets import Dataset
 from torch.utils.data import DataLoader
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, PrinterCallback, TrainerCallback
+from transformers import (
+    AutoModelForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PrinterCallback,
+    TrainerCallback,
+)
 from trl import GRPOConfig, GRPOTrainer
 
 from rao_core.config import TrainConfig
-from rao_core.train.samples import Row, microbatches, plan_steps
+from rao_core.train.samples import Row, collate, plan_steps
 
 
 def check(cfg: TrainConfig) -> None:
@@ -33,6 +45,15 @@ def check(cfg: TrainConfig) -> None:
         raise ValueError("train.max_tokens_per_microbatch and train.steps_per_round must be >= 1")
     if cfg.clip_high <= 0 or cfg.temperature <= 0:
         raise ValueError("train.clip_high and train.temperature must be > 0")
+
+
+def world() -> tuple[int, int]:
+    """(rank, number of processes) as `accelerate launch` / torchrun set them; (0, 1) when not launched.
+
+    Read from the environment because the micro-batches must be dealt before TRL's config (which
+    would know them too) can be built: its gradient accumulation depends on the deal.
+    """
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def resolve_device(cfg: TrainConfig) -> str:
@@ -96,7 +117,41 @@ def grpo_args(cfg: TrainConfig, output_dir: Path, accum: int, max_completion: in
         report_to="none",
         disable_tqdm=True,
         dataloader_num_workers=0,
+        ddp_find_unused_parameters=False,  # every weight is in the loss's graph (DDP skips a graph walk)
     )
+
+
+def rank_batches(
+    rows: list[Row], plan: list[list[list[int]]], pad_id: int, rank: int = 0, world_size: int = 1
+) -> list[dict[str, torch.Tensor]]:
+    """This rank's micro-batches of every optimiser step, in training order.
+
+    Rank r takes micro-batches r, r+W, r+2W, ... of each step. Every rank must run the same number
+    per step, ceil(n/W) (DDP's gradient sync and TRL's metric collectives pair up call by call), so a
+    rank short of one runs a filler: the step's shortest row with its loss mask and advantage zeroed,
+    which adds exactly zero to the loss and the gradient.
+
+    `num_items_in_batch` is the step's GLOBAL action-token count N, rescaled as in
+    `samples.microbatches`: TRL divides the summed token loss by `num_items * k / grad_accum / W`
+    (k = this step's micro-batches per rank), i.e. by N / W, and DDP averages the gradients of the W
+    ranks, so the all-reduced gradient is the gradient of the token mean over the whole step, the one
+    a single process computes. With W = 1 this is exactly `samples.microbatches`.
+    """
+    accum = max(-(-len(step) // world_size) for step in plan)
+    out = []
+    for step in plan:
+        n_step = sum(rows[i].action_tokens for mb in step for i in mb)
+        per_rank = -(-len(step) // world_size)
+        num_items = n_step * accum / per_rank
+        mine = step[rank::world_size]
+        out += [collate([rows[i] for i in mb], pad_id, num_items) for mb in mine]
+        for _ in range(per_rank - len(mine)):
+            shortest = min((i for mb in step for i in mb), key=lambda i: (rows[i].length, i))
+            filler = collate([rows[shortest]], pad_id, num_items)
+            filler["tool_mask"].zero_()
+            filler["advantages"].zero_()
+            out.append(filler)
+    return out
 
 
 def _scored_in_sql(*args: Any, **kwargs: Any) -> list[float]:
@@ -135,8 +190,6 @@ class RAOTrainer(GRPOTrainer):
             callbacks=callbacks,
         )
         self.remove_callback(PrinterCallback)  # metrics come back from train_rows instead of stdout
-        if self.accelerator.num_processes != 1:
-            raise NotImplementedError("RAOTrainer runs in one process (micro-batches are not sharded)")
 
     def _send_telemetry(self) -> None:  # the training stage never reaches the network
         return None
@@ -189,6 +242,37 @@ class RAOTrainer(GRPOTrainer):
         return loss
 
 
+def _sum_over_ranks(trainer: RAOTrainer, values: list[float]) -> list[float]:
+    """Element-wise sum over the processes (the values themselves in one process)."""
+    acc = trainer.accelerator
+    if acc.num_processes == 1:
+        return values
+    return acc.reduce(torch.tensor(values, dtype=torch.float64, device=acc.device), reduction="sum").tolist()
+
+
+def _trained_model(trainer: RAOTrainer, lora: bool) -> PreTrainedModel | None:
+    """The trained weights as a plain model: on every rank under DDP, on rank 0 only when sharded.
+
+    Under FSDP and ZeRO-3 each rank holds a shard: gathering the full state dict is collective (every
+    rank calls this), then rank 0 loads it into a fresh float32 copy of the architecture. Under DDP,
+    and in one process, every rank already holds the whole model.
+    """
+    acc = trainer.accelerator
+    model = acc.unwrap_model(trainer.model_wrapped)
+    if acc.distributed_type not in (DistributedType.FSDP, DistributedType.DEEPSPEED):
+        return model.merge_and_unload() if lora else model
+    state = acc.get_state_dict(trainer.model_wrapped)
+    if not acc.is_main_process:
+        return None
+    if acc.distributed_type == DistributedType.DEEPSPEED:
+        from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+        unset_hf_deepspeed_config()  # or from_config would partition the copy again (a collective)
+    plain = AutoModelForCausalLM.from_config(model.config, dtype=torch.float32)
+    plain.load_state_dict(state)
+    return plain
+
+
 def train_rows(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -196,8 +280,14 @@ def train_rows(
     cfg: TrainConfig,
     work_dir: Path,
     callbacks: list[TrainerCallback] | None = None,
-) -> tuple[PreTrainedModel, dict[str, Any]]:
-    """Run one round's update on `rows`; returns the trained model (LoRA merged) and metrics."""
+) -> tuple[PreTrainedModel | None, dict[str, Any]]:
+    """Run one round's update on `rows`; returns the trained model (LoRA merged) and metrics.
+
+    Launched on N processes, every rank passes the same rows and gets the metrics of the whole round;
+    the model comes back on every rank under DDP and on rank 0 only under FSDP / ZeRO-3 (None
+    elsewhere). Exact equality with one process holds for the token-mean losses (cispo, dapo, vespo);
+    the per-micro-batch losses (grpo, bnpo, ...) average over a different set of micro-batches.
+    """
     check(cfg)
     torch.manual_seed(cfg.seed)
     plan = plan_steps(rows, cfg.max_tokens_per_microbatch, cfg.steps_per_round, cfg.seed)
@@ -205,29 +295,48 @@ def train_rows(
     if not plan:
         return model, {**metrics, "skipped": "no trainable action tokens"}
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    batches = microbatches(rows, plan, pad_id)
-    accum = max(len(step) for step in plan)
-    max_completion = max(b["completion_ids"].shape[1] for b in batches)
+    rank, world_size = world()
+    batches = rank_batches(rows, plan, pad_id, rank, world_size)
+    accum = max(-(-len(step) // world_size) for step in plan)
+    max_completion = max(
+        max(rows[i].length for i in mb) - min(rows[i].first_action for i in mb)
+        for step in plan
+        for mb in step
+    )
     args = grpo_args(cfg, work_dir, accum, max_completion)
     peft_config = lora_config(cfg) if cfg.lora else None
     trainer = RAOTrainer(model, args, batches, tokenizer, peft_config=peft_config, callbacks=callbacks)
-    device = trainer.accelerator.device
+    acc = trainer.accelerator
+    if (acc.process_index, acc.num_processes) != (rank, world_size):
+        raise RuntimeError(
+            f"RANK/WORLD_SIZE say {rank}/{world_size}, accelerate {acc.process_index}/{acc.num_processes}"
+        )
+    sharded = acc.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
+    if cfg.lora and sharded:
+        raise NotImplementedError(
+            "train.lora is not supported with FSDP / DeepSpeed (the merge needs the whole model)"
+        )
+    device = acc.device
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     t0 = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - t0
     grad_norms = [h["grad_norm"] for h in trainer.state.log_history if "grad_norm" in h]
-    s = trainer.stats
+    keys = ("tokens", "ratio_sum", "clipped", "logp_sum")
+    totals = _sum_over_ranks(trainer, [trainer.stats[k] for k in keys] + trainer.step_losses)
+    s = dict(zip(keys, totals, strict=False))
+    step_losses = [x / world_size for x in totals[len(keys) :]]  # each rank's loss is its share x W
     used = sorted({i for step in plan for mb in step for i in mb})
     all_tokens = sum(rows[i].length for i in used)
     metrics.update(
         trained_samples=len(used),
         steps=len(plan),
-        microbatches=len(batches),
+        microbatches=sum(len(step) for step in plan),
         grad_accum=accum,
-        loss=sum(trainer.step_losses) / len(trainer.step_losses),
-        step_losses=trainer.step_losses,
+        processes=world_size,
+        loss=sum(step_losses) / len(step_losses),
+        step_losses=step_losses,
         grad_norm=float(grad_norms[-1]) if grad_norms else math.nan,
         grad_norms=[float(g) for g in grad_norms],
         tokens=all_tokens,
@@ -243,7 +352,4 @@ def train_rows(
     )
     if device.type == "cuda":
         metrics["peak_gpu_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
-    out = trainer.model
-    if cfg.lora:
-        out = out.merge_and_unload()
-    return out, metrics
+    return _trained_model(trainer, cfg.lora), metrics

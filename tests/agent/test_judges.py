@@ -264,6 +264,23 @@ class JudgedNoteEnv(NoteEnv):
             return None
         return {"goal": self.goal, "answer": finish_message, "reference": f"done {self.goal}"}
 
+    def success(self, finished: bool, finish_message: str) -> float:
+        if self.child:  # exact against the reference: what a suite does without a judge
+            return float(finished and finish_message == f"done {self.goal}")
+        return super().success(finished, finish_message)
+
+
+class UnreferencedNoteEnv(JudgedNoteEnv):
+    """Children whose goals the suite cannot read back into a reference: only a judge can tell."""
+
+    def fork(self, goal=None, context=None) -> UnreferencedNoteEnv:
+        base = super().fork(goal, context)
+        return UnreferencedNoteEnv(base.goal, self.notes, context, child=True)
+
+    def judge_inputs(self, finished: bool, finish_message: str) -> dict[str, str] | None:
+        inputs = super().judge_inputs(finished, finish_message)
+        return inputs and {"goal": inputs["goal"], "answer": inputs["answer"]}
+
 
 def script(node) -> str:
     """Root: three children, then finish('root ok'). 'part 0' answers right, 'part 1' wrong,
@@ -276,10 +293,10 @@ def script(node) -> str:
     return "finish('root ok')"
 
 
-def judged_tree(judge: Judge | None, policy=None, **agent) -> dict[str, object]:
+def judged_tree(judge: Judge | None, policy=None, env=JudgedNoteEnv, **agent) -> dict[str, object]:
     base = {"cell_timeout_s": 5.0, "tree_timeout_s": 60.0, "reply_format": "thought_python", "max_steps": 3}
     cfg = AgentConfig(**{**base, **agent})
-    spec = TreeSpec("t", 0, JudgedNoteEnv("say ok"))
+    spec = TreeSpec("t", 0, env("say ok"))
     tree = TreeRun(spec, policy or CellScript(script), CHAT, cfg, SandboxConfig(), 1.0, judge)
     asyncio.run(tree.run())
     return {r.goal: r for r in tree.records} | {"tree": tree}
@@ -306,12 +323,19 @@ def test_judged_children_are_stored_and_queryable(toy):
 
 
 def test_without_a_judge_children_copy_the_root_success():
-    nodes = judged_tree(None)
+    nodes = judged_tree(None, env=UnreferencedNoteEnv)
     assert nodes["say ok"].success == 1.0 and nodes["say ok"].success_source == "verifier"
     for goal in ("part 0", "part 1"):  # 'part 1' answered wrong, yet gets the root's 1.0
         assert (nodes[goal].success, nodes[goal].success_source) == (1.0, "root_proxy")
         assert nodes[goal].judge_verdict is None
     assert (nodes["part 2"].success, nodes["part 2"].success_source) == (0.0, "verifier")
+
+
+def test_without_a_judge_a_reference_makes_the_suite_the_verifier():
+    nodes = judged_tree(None)  # the suite read each child's goal back into `done <goal>`
+    assert (nodes["part 0"].success, nodes["part 0"].success_source) == (1.0, "verifier")
+    assert (nodes["part 1"].success, nodes["part 1"].success_source) == (0.0, "verifier")
+    assert nodes["part 1"].judge_verdict is None
 
 
 class SlowJudge(ScriptedJudge):

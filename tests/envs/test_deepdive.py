@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -399,11 +400,15 @@ def test_expert_solves_its_questions_through_rollout_scoring_and_eval(tmp_path):
     from rao_core.rollout import load_round, rollout_round, summarize
     from rao_core.scoring import score_round, scores_summary
 
-    cfg = toy_config(tmp_path, *DD)
+    cfg = toy_config(tmp_path, *DD, "judge.kind=scripted")
     rollout_round(cfg)
     rows = load_round(cfg, 0).to_pylist()
     roots = [r for r in rows if r["depth"] == 0]
     assert len(roots) == 12 and all(r["success"] == 1.0 and r["status"] == "finished" for r in roots)
+    assert {r["success_source"] for r in roots} == {"verifier"}  # exact match, no judge
+    for kid in (r for r in rows if r["depth"] == 1):  # judged against the reference the env computed
+        verdict = json.loads(kid["judge_verdict"])
+        assert kid["success_source"] == "judge" and verdict["success"] and verdict["judge"] == "scripted"
     ids = {r["node_id"]: r for r in rows}
     for root in roots:  # one child per hop, chained: each child starts after the previous one ended
         kids = sorted((r for r in rows if r["parent_id"] == root["node_id"]), key=lambda r: r["started_at"])
@@ -437,11 +442,24 @@ def test_single_agent_expert_is_flat_and_correct(tmp_path):
 def test_expert_mistakes_make_imperfect_trees(tmp_path):
     from rao_core.rollout import load_round, rollout_round
 
-    cfg = toy_config(tmp_path, *DD, "policy.error_rate=0.6", "rollout.num_tasks=8")
+    cfg = toy_config(tmp_path, *DD, "policy.error_rate=0.6", "rollout.num_tasks=8", "judge.kind=scripted")
     rollout_round(cfg)
     rows = load_round(cfg, 0).to_pylist()
-    assert any(r["success"] == 0.0 for r in rows) and any(r["success"] == 1.0 for r in rows)
     assert all(r["status"] != "error" for r in rows)
+    for depth in (0, 1):  # wrong answers fail at both levels, right ones pass
+        assert {r["success"] for r in rows if r["depth"] == depth} == {0.0, 1.0}
+
+
+def test_config_file_and_field_errors():
+    from rao_core.config import load_config
+
+    cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / "deepdive-synth.yaml")
+    assert cfg.suite == "deepdive" and cfg.agent.max_depth == 4 and cfg.scoring.lam == 0.0
+    assert cfg.deepdive.page_chars < cfg.agent.max_observation_chars  # a page fits one observation
+    with pytest.raises(ConfigError, match="deepdive.people"):
+        load_config(overrides=["deepdive.people=2"])
+    with pytest.raises(ConfigError, match="deepdive.page_chars"):
+        load_config(overrides=["deepdive.page_chars=10"])
 
 
 def test_expert_is_deterministic_per_node(tmp_path):

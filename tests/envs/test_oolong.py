@@ -29,9 +29,18 @@ from rao_core.envs.oolong import (
     score_partial,
     synthesize,
 )
-from rao_core.envs.oolong.extract import SUBGOALS, boxed, parse_events, split_chunks, state_at, subgoal
-from rao_core.envs.oolong.questions import _args, answer_from_log
+from rao_core.envs.oolong.extract import (
+    SUBGOALS,
+    boxed,
+    chunk_size,
+    parse_events,
+    split_chunks,
+    state_at,
+    subgoal,
+)
+from rao_core.envs.oolong.questions import answer_from_log, candidate_args
 from rao_core.envs.oolong.tasks import bucket_chars
+from rao_core.envs.suites import open_suite
 from rao_core.eval.evaluate import evaluate_round
 from rao_core.rollout import load_round, rollout_round
 from rao_core.scoring import score_round
@@ -63,6 +72,16 @@ def test_text_parses_back_to_the_log_whole_and_in_chunks(seed, chars):
         assert len(chunks) <= -(-len(tr.text) // size)
         parts = [e for a, c in chunks for e in parse_events(c, *state_at(tr.text[:a]))]
         assert parts == log
+
+
+@pytest.mark.parametrize(
+    "length, target, most, pieces", [(32753, 32000, 8, 2), (262103, 32000, 8, 8), (900, 2500, 8, 1)]
+)
+def test_chunks_are_balanced_and_capped(length, target, most, pieces):
+    text = generate(5, length).text
+    chunks = split_chunks(text, chunk_size(len(text), target, most))
+    sizes = [len(c) for _, c in chunks]
+    assert len(chunks) == pieces and max(sizes) - min(sizes) < 100 * pieces  # each overshoots < a line
 
 
 def test_chatter_mentions_are_not_events():
@@ -104,7 +123,7 @@ def _independent_answer(kind: str, arg: str, events) -> object:
 def test_answers_match_the_log(seed):
     tr = generate(seed, 30000)
     for kind in KINDS:
-        for arg in _args(kind, tr):
+        for arg in candidate_args(kind, tr):
             expect = _independent_answer(kind, arg, tr.events)
             got = answer_from_log(kind, arg, tr)
             assert (got or None) == expect, (kind, arg)
@@ -300,8 +319,10 @@ def test_suite_defaults_and_shipped_config():
     assert load_config().scoring.lam == 0.0  # other suites keep the global defaults
     shipped = load_config(ROOT / "configs" / "oolong-synth.yaml")
     assert shipped.suite == "oolong" and (shipped.scoring.lam, shipped.agent.max_depth) == (0.4, 2)
-    with pytest.raises(ConfigError, match="oolong.difficulty_tokens"):
-        load_config(overrides=["oolong.difficulty_tokens={tiny: [100]}"])
+    with pytest.raises(ConfigError, match="oolong.difficulty_tokens: unknown difficulty 'tiny'"):
+        load_config(overrides=["oolong.difficulty_tokens={tiny: [1000]}"])
+    with pytest.raises(ConfigError, match="oolong.difficulty_tokens.easy: must be a non-empty list"):
+        load_config(overrides=["oolong.difficulty_tokens={easy: [100]}"])
 
 
 # --- end to end -----------------------------------------------------------------------------
@@ -336,6 +357,10 @@ def test_scripted_trees_through_rollout_scoring_and_eval(tmp_path):
         "\\boxed{" in r["finish_message"] for r in roots
     )
     assert all(r["suite"] == "oolong" and r["depth"] <= 2 for r in rows)
+    contexts = {t.task_id: t.context for t in open_suite(cfg).tasks("train")}
+    assert all(
+        contexts[r["task_id"]][-1000:] not in r["transcript"] for r in roots
+    )  # only its head was printed
     scores = read_partition(score_round(cfg.run_dir, 0, cfg.scoring), "scores").to_pylist()
     kids = Counter(r["parent_id"] for r in rows if r["parent_id"])
     for s in scores:
@@ -347,7 +372,9 @@ def test_scripted_trees_through_rollout_scoring_and_eval(tmp_path):
 
 
 def test_single_mode_expert_solves_alone_and_mistakes_cost_score(tmp_path):
-    cfg = load_config(overrides=[f"runs_dir={tmp_path}", *E2E, "agent.mode=single"])
+    cfg = load_config(
+        overrides=[f"runs_dir={tmp_path}", *E2E, "agent.mode=single", "agent.reply_format=python"]
+    )
     rollout_round(cfg)
     rows = load_round(cfg, 0).to_pylist()
     assert {r["depth"] for r in rows} == {0} and all(r["success"] == 1.0 for r in rows)

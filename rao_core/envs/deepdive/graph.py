@@ -93,6 +93,11 @@ class Graph:
         self.by_name = {e.name.lower(): e.id for e in entities.values()}
         if len(self.by_name) != len(entities):
             raise ValueError("entity names must be unique")
+        self._inverse: dict[str, list[tuple[str, str]]] = {}
+        for e in entities.values():
+            for rel, dst in e.links.items():
+                if e.ghost_of is None:
+                    self._inverse.setdefault(dst, []).append((rel, e.id))
 
     def __getitem__(self, eid: str) -> Entity:
         return self.entities[eid]
@@ -112,12 +117,6 @@ class Graph:
 
     def inverse(self, eid: str) -> list[tuple[str, str]]:
         """(relation, subject id) of every real entity whose relation points at `eid` (page prose)."""
-        if not hasattr(self, "_inverse"):
-            self._inverse: dict[str, list[tuple[str, str]]] = {}
-            for e in self.entities.values():
-                for rel, dst in e.links.items():
-                    if e.ghost_of is None:
-                        self._inverse.setdefault(dst, []).append((rel, e.id))
         return list(self._inverse.get(eid, []))
 
     def to_json(self) -> str:

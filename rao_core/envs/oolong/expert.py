@@ -17,19 +17,21 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import functools
 import inspect
 
 from rao_core.agent.parsing import get_format
 from rao_core.agent.policy import Generation, GenerationRequest, NodeState, Policy
 from rao_core.envs.oolong import extract
 from rao_core.envs.oolong.env import OolongEnv
-from rao_core.envs.oolong.extract import SUB_OF, split_chunks
+from rao_core.envs.oolong.extract import SUB_OF, chunk_size, split_chunks
 
 CHILD = ("PATTERNS", "parse_events", "partial")
-ROOT = ("SUBGOALS", "subgoal", "state_at", "split_chunks", "loads", "combine", "boxed")
-SINGLE = ("PATTERNS", "parse_events", "partial", "state_at", "split_chunks", "combine", "boxed")
+ROOT = ("SUBGOALS", "subgoal", "state_at", "chunk_size", "split_chunks", "loads", "combine", "boxed")
+SINGLE = ("PATTERNS", "parse_events", "partial", "state_at", "chunk_size", "split_chunks", "combine", "boxed")
 
 
+@functools.cache
 def helpers(names: tuple[str, ...]) -> str:
     """The named definitions of extract.py, without docstrings: the source of a first cell."""
     keep: list[ast.stmt] = []
@@ -70,7 +72,9 @@ class OolongExpert(Policy):
     def next_cell(self, node: NodeState) -> tuple[str, str]:
         env: OolongEnv = node.env  # type: ignore[assignment]
         mem = node.memory
-        n_delegate = len(split_chunks(env.context, self._size(len(env.context), self.max_children)))
+        n_delegate = len(
+            split_chunks(env.context, chunk_size(len(env.context), self.chunk_chars, self.max_children))
+        )
         delegate = env.is_root and node.recursive and node.depth < node.max_depth and n_delegate > 1
         if not mem.get("inspected"):
             mem["inspected"] = True
@@ -89,7 +93,7 @@ class OolongExpert(Policy):
                 return "Split the transcript and delegate each chunk, concurrently.", self._delegate(sub, arg)
             return "Aggregate the sub-agents' results.", f"parts = [loads(r) for r in results]\n{finish}"
         steps = self.max_steps - 3  # inspect, aggregate, and one turn to spare
-        n = len(split_chunks(env.context, self._size(len(env.context), steps)))
+        n = len(split_chunks(env.context, chunk_size(len(env.context), self.chunk_chars, steps)))
         i = mem.get("chunk", 0)
         if i >= n:
             return "Aggregate my tallies.", finish
@@ -97,16 +101,13 @@ class OolongExpert(Policy):
         text = self._text(node, "c")
         code = f"a, c = chunks[{i}]\nparts.append(partial({sub!r}, {arg!r}, parse_events({text}, *state_at(context[:a]))))"
         if i == 0:
-            size = f"max({self.chunk_chars}, -(-len(context) // {steps}))"
+            size = f"chunk_size(len(context), {self.chunk_chars}, {steps})"
             code = f"chunks = split_chunks(context, {size})\nparts = []\n{code}"
         return f"Tally chunk {i + 1} of {n} myself.", f"{code}\nprint(parts[-1])"
 
-    def _size(self, length: int, pieces: int) -> int:
-        return max(self.chunk_chars, -(-length // pieces))
-
     def _delegate(self, sub: str, arg: str) -> str:
         return (
-            f"chunks = split_chunks(context, max({self.chunk_chars}, -(-len(context) // {self.max_children})))\n"
+            f"chunks = split_chunks(context, chunk_size(len(context), {self.chunk_chars}, {self.max_children}))\n"
             f"goals = [subgoal({sub!r}, {arg!r}, *state_at(context[:a])) for a, c in chunks]\n"
             "results = await asyncio.gather(*(launch_subagent(g, context=c) for g, (a, c) in zip(goals, chunks)))\n"
             "print(len(results), 'results; first:', results[0][:200])"

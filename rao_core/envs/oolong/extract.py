@@ -89,6 +89,12 @@ def state_at(text):
     return (int(s[-1]) if s else 0, int(d[-1]) if d else 0)
 
 
+def chunk_size(length, target, most):
+    """Size of equal chunks of about `target` characters, at most `most` of them."""
+    n = max(1, min(most, -(-length // target)))
+    return -(-length // n)
+
+
 def split_chunks(text, size):
     """[[start, chunk], ...]: pieces of `size` characters extended to the next line break, so no
     line is cut and there are at most ceil(len(text) / size) of them."""

@@ -48,7 +48,7 @@ def answer_from_log(kind: str, arg: str, transcript: Transcript) -> Any:
     return combine(kind, arg, [partial(SUB_OF[kind], arg, events)])
 
 
-def _args(kind: str, tr: Transcript) -> list[str]:
+def candidate_args(kind: str, tr: Transcript) -> list[str]:
     """Candidate arguments of a question kind in this transcript ('' when it takes none)."""
     if kind in ("nat20", "rolls"):
         return sorted(tr.characters)
@@ -67,7 +67,7 @@ def make_question(rng: random.Random, tr: Transcript, prefer: str) -> Question:
     """A well-defined question, of kind `prefer` when this transcript allows one, else the next kind."""
     start = KINDS.index(prefer)
     for kind in KINDS[start:] + KINDS[:start]:
-        args = _args(kind, tr)
+        args = candidate_args(kind, tr)
         rng.shuffle(args)
         for arg in args:
             answer = answer_from_log(kind, arg, tr)
