@@ -98,7 +98,7 @@ def rao_pass(model, tok, rows, args, device):
     from rao_core.train.trainer import TrainConfig, train_rows
 
     cfg = TrainConfig(
-        lr=1e-5, max_tokens_per_microbatch=args.budget, device=device,
+        lr=1e-5, max_tokens_per_microbatch=args.budget, device=device, steps_per_round=1,
         gradient_checkpointing=args.gradient_checkpointing,
     )  # fmt: skip
     with tempfile.TemporaryDirectory() as work:

@@ -175,3 +175,38 @@ def test_kill_and_resume(prefect_server, tmp_path):
     steps = [m.step for m in client.get_metric_history(parent.info.run_id, "eval/all/success")]
     assert sorted(steps) == [0, 1, 2]  # each version evaluated and logged exactly once
     assert not list((cfg.run_dir / "rollouts").glob(".tmp-*"))
+
+
+SUITES = {
+    "oolong": [
+        "oolong.tasks_per_difficulty=2",
+        "oolong.difficulty_tokens={easy: [2048], medium: [4096]}",
+        "oolong.chunk_chars=2500",
+        "agent.max_context_tokens=16384",
+    ],
+    "deepdive": ["deepdive.questions_per_difficulty=6", "agent.max_context_tokens=16384"],
+}
+
+
+@pytest.mark.parametrize("suite", sorted(SUITES))
+def test_other_suites_run_through_the_same_flow(prefect_server, tmp_path, suite):
+    """Oolong and DeepDive through `rao-train` like TextCraft: scripted rollouts with mistakes
+    (judged children, scored in SQL), one training round of the tiny model on them, evaluation,
+    reports."""
+    from flows.training import train_flow
+
+    ov = [
+        f"runs_dir={tmp_path}", f"suite={suite}", *SUITES[suite], "policy.kind=scripted", "policy.model=tiny",
+        "policy.error_rate=0.3", "judge.kind=scripted", "rollout.difficulty=easy,medium", "rollout.num_tasks=2",
+        "rollout.group_size=2", "eval.difficulty=easy", "eval.num_tasks=2", "campaign.rounds=1",
+        "scoring.zero_advantage_groups=keep", "scoring.single_tree_groups=zero_baseline",
+        "tracking.log_checkpoints=false", "agent.cell_timeout_s=10",
+    ]  # fmt: skip
+    cfg = load_config(overrides=ov)
+    assert set(train_flow(overrides=ov)) == {"v0", "v1"}
+    rows = pq.read_table(cfg.run_dir / "rollouts" / "round=0" / "nodes.parquet").to_pylist()
+    assert {r["suite"] for r in rows} == {suite} and max(r["depth"] for r in rows) >= 1
+    assert {r["success_source"] for r in rows if r["depth"] > 0} <= {"judge", "verifier"}
+    assert is_complete(cfg.run_dir / "scores" / "round=0")
+    assert campaign.checkpoint_complete(campaign.checkpoint_dir(cfg, 1))
+    assert (cfg.run_dir / "reports" / "learning_curves.png").is_file()

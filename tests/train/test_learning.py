@@ -40,7 +40,7 @@ def test_one_step_raises_positive_and_lowers_negative(tmp_path):
     rows = make_rows(0)
     model = tiny_model(seed=1)
     before = action_logp(copy.deepcopy(model), rows)
-    cfg = TrainConfig(lr=1e-3, max_tokens_per_microbatch=64)  # reference optimiser otherwise; 4 micro-batches
+    cfg = TrainConfig(lr=1e-3, max_tokens_per_microbatch=64, steps_per_round=1)  # 4 micro-batches, 1 step
     trained, metrics = train_rows(model, tiny_tokenizer(), rows, cfg, tmp_path)
     after = action_logp(trained, rows)
     assert metrics["steps"] == 1 and metrics["microbatches"] == 4

@@ -26,7 +26,7 @@ from tests.train import (
 
 # lr = 0 and no clipping: the optimiser leaves the model alone, so the captured gradient is exactly
 # the gradient of the loss at the model the reference sees.
-PROBE = dict(lr=0.0, max_grad_norm=0.0, weight_decay=0.0, max_tokens_per_microbatch=10_000)
+PROBE = dict(lr=0.0, max_grad_norm=0.0, weight_decay=0.0, max_tokens_per_microbatch=10_000, steps_per_round=1)
 
 
 def trainer_grads(model, rows, tmp_path, **over):

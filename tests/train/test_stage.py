@@ -21,7 +21,7 @@ from rao_core.train.stage import METRICS, train_round
 from rao_core.train.trainer import TrainConfig
 from tests.train import one_thread, tiny_model  # noqa: F401 (autouse fixture)
 
-CFG = TrainConfig(lr=1e-3, max_tokens_per_microbatch=128)
+CFG = TrainConfig(lr=1e-3, max_tokens_per_microbatch=128, steps_per_round=1)
 
 
 def node(task: str, g: int, path: str, parent: str | None, success: float, rng, scripted: bool) -> dict:
