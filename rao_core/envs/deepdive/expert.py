@@ -16,11 +16,9 @@ often, answering with another name from the page (a failed node).
 
 from __future__ import annotations
 
-import asyncio
 import re
 
-from rao_core.agent.parsing import get_format
-from rao_core.agent.policy import Generation, GenerationRequest, NodeState, Policy
+from rao_core.agent.policy import NodeState, ScriptedExpert
 from rao_core.envs.deepdive.corpus import url_of
 from rao_core.envs.deepdive.env import DeepDiveEnv
 from rao_core.envs.deepdive.graph import RELATIONS, Entity, Graph
@@ -41,7 +39,7 @@ def attribute_query(e: Entity) -> str:
     return f"{a['year']} {a['genre']} {a['work_kind']}"
 
 
-class DeepDiveExpert(Policy):
+class DeepDiveExpert(ScriptedExpert):
     def __init__(
         self,
         graph: Graph,
@@ -49,17 +47,8 @@ class DeepDiveExpert(Policy):
         latency_s: float = 0.0,
         reply_format: str = "thought_python",
     ) -> None:
-        self.g, self.error_rate, self.latency_s = graph, error_rate, latency_s
-        self.fmt = get_format(reply_format)
-
-    async def generate(self, request: GenerationRequest) -> Generation:
-        if self.latency_s:
-            await asyncio.sleep(self.latency_s)
-        thought, code = self.next_cell(request.node)
-        return Generation(text=self.fmt.wrap(thought, code))
-
-    def _mistake(self, node: NodeState, scale: float = 1.0) -> bool:
-        return self.error_rate > 0 and node.rng.random() < self.error_rate * scale
+        super().__init__(error_rate, latency_s, reply_format)
+        self.g = graph
 
     # -- decisions -------------------------------------------------------------------------
     def next_cell(self, node: NodeState) -> tuple[str, str]:

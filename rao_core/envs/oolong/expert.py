@@ -16,12 +16,10 @@ answers are wrong and scores fall below 1. Real oolong-real questions are beyond
 from __future__ import annotations
 
 import ast
-import asyncio
 import functools
 import inspect
 
-from rao_core.agent.parsing import get_format
-from rao_core.agent.policy import Generation, GenerationRequest, NodeState, Policy
+from rao_core.agent.policy import NodeState, ScriptedExpert
 from rao_core.envs.oolong import extract
 from rao_core.envs.oolong.env import OolongEnv
 from rao_core.envs.oolong.extract import SUB_OF, chunk_size, split_chunks
@@ -44,7 +42,7 @@ def helpers(names: tuple[str, ...]) -> str:
     return ast.unparse(ast.Module(keep, []))
 
 
-class OolongExpert(Policy):
+class OolongExpert(ScriptedExpert):
     def __init__(
         self,
         chunk_chars: int = 32000,
@@ -54,19 +52,12 @@ class OolongExpert(Policy):
         latency_s: float = 0.0,
         reply_format: str = "thought_python",
     ) -> None:
+        super().__init__(error_rate, latency_s, reply_format)
         self.chunk_chars, self.max_children, self.max_steps = chunk_chars, max_children, max_steps
-        self.error_rate, self.latency_s = error_rate, latency_s
-        self.fmt = get_format(reply_format)
-
-    async def generate(self, request: GenerationRequest) -> Generation:
-        if self.latency_s:
-            await asyncio.sleep(self.latency_s)
-        thought, code = self.next_cell(request.node)
-        return Generation(text=self.fmt.wrap(thought, code))
 
     def _text(self, node: NodeState, name: str) -> str:
         """The slice a tally reads: all of `name`, or its first half when the node skims."""
-        skim = self.error_rate > 0 and node.rng.random() < self.error_rate
+        skim = self._mistake(node)
         return f"{name}[: len({name}) // 2]" if skim else name
 
     def next_cell(self, node: NodeState) -> tuple[str, str]:

@@ -13,12 +13,10 @@ so its trees are not all perfect and failed nodes appear in the data.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import re
 
-from rao_core.agent.parsing import get_format
-from rao_core.agent.policy import Generation, GenerationRequest, NodeState, Policy
+from rao_core.agent.policy import NodeState, ScriptedExpert
 from rao_core.envs.textcraft.env import TextCraftEnv
 from rao_core.envs.textcraft.solver import solve
 from rao_core.envs.textcraft.world import World
@@ -36,7 +34,7 @@ def _craft_call(world: World, item: str, crafts: int, wrong: bool = False) -> st
     return f"print(craft({amounts!r}, ({item!r}, {crafts * recipe.output})))"
 
 
-class TextCraftExpert(Policy):
+class TextCraftExpert(ScriptedExpert):
     def __init__(
         self,
         world: World,
@@ -46,19 +44,10 @@ class TextCraftExpert(Policy):
         inspect: bool = True,
         reply_format: str = "thought_python",
     ) -> None:
-        self.world, self.error_rate, self.latency_s = world, error_rate, latency_s
-        self.parallel, self.inspect = parallel, inspect
-        self.fmt = get_format(reply_format)
-
-    async def generate(self, request: GenerationRequest) -> Generation:
-        if self.latency_s:
-            await asyncio.sleep(self.latency_s)
-        thought, code = self.next_cell(request.node)
-        return Generation(text=self.fmt.wrap(thought, code))
+        super().__init__(error_rate, latency_s, reply_format)
+        self.world, self.parallel, self.inspect = world, parallel, inspect
 
     # -- decisions -------------------------------------------------------------------------
-    def _mistake(self, node: NodeState) -> bool:
-        return self.error_rate > 0 and node.rng.random() < self.error_rate
 
     def _remaining(self, node: NodeState) -> dict[str, int]:
         """Target copies still to craft, counted from this node's own successful craft calls.
