@@ -228,6 +228,9 @@ class TrainConfig:
         ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], "LoRA target modules"
     )
     max_tokens_per_microbatch: int = opt(16384, "padded tokens (rows x longest row) per forward/backward")
+    keep_optimizer_state: bool = opt(
+        True, "carry AdamW's moments from round to round (optimizer.pt in each checkpoint: 2x the weights)"
+    )
     steps_per_round: int = opt(4, "optimiser steps per round: the batch is dealt into this many mini-batches")
     seed: int = opt(0, "seed of mini-batch dealing and of torch")
     device: str = opt("auto", "cpu, cuda or auto")

@@ -40,6 +40,7 @@ from rao_core.train.samples import read_rows
 from rao_core.train.trainer import TrainConfig, check, resolve_device, train_rows, world
 
 METRICS = "metrics.json"
+OPTIMIZER = "optimizer.pt"  # AdamW moments after this round (train.keep_optimizer_state)
 log = logging.getLogger(__name__)
 
 
@@ -142,17 +143,24 @@ def _train_and_publish(
             metrics = {**head, "samples": len(rows), "steps": 0, "tokens": 0, "skipped": reason}
             if not write:
                 return metrics
-            shutil.copytree(model_path, tmp, ignore=shutil.ignore_patterns(METRICS))
+            shutil.copytree(model_path, tmp, ignore=shutil.ignore_patterns(METRICS))  # moments too
         else:
             model, tokenizer = load_policy(model_path, cfg)
+            resume = model_path / OPTIMIZER
+            state = None
+            if cfg.keep_optimizer_state and resume.is_file():
+                state = torch.load(resume, map_location="cpu", weights_only=True)
             with tempfile.TemporaryDirectory(prefix="rao-train-") as work:
-                model, metrics = train_rows(model, tokenizer, rows, cfg, Path(work))
-            metrics = {**head, **metrics}
+                model, metrics = train_rows(model, tokenizer, rows, cfg, Path(work), optimizer_state=state)
+            optimizer_state = metrics.pop("optimizer_state", None)
+            metrics = {**head, **metrics, "resumed_optimizer": state is not None}
             if not write:
                 return metrics
             assert model is not None  # rank 0 always gets the whole model back
             model.to(saved_dtype(model_path)).save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
+            if optimizer_state is not None:
+                torch.save(optimizer_state, tmp / OPTIMIZER)
             del model  # the flow process lives on: hand the GPU memory back before the next stage
             gc.collect()
             if torch.cuda.is_available():

@@ -175,8 +175,10 @@ class RAOTrainer(GRPOTrainer):
         processing_class: PreTrainedTokenizerBase,
         peft_config: Any = None,
         callbacks: list[TrainerCallback] | None = None,
+        optimizer_state: dict[str, Any] | None = None,
     ) -> None:
         self._batches = batches
+        self._optimizer_state = optimizer_state
         self._inputs: dict[str, torch.Tensor] | None = None
         self.stats: dict[str, float] = defaultdict(float)
         self.step_losses: list[float] = []
@@ -193,6 +195,21 @@ class RAOTrainer(GRPOTrainer):
 
     def _send_telemetry(self) -> None:  # the training stage never reaches the network
         return None
+
+    def create_optimizer(self, *args: Any, **kwargs: Any) -> Any:
+        """AdamW, resumed from the previous round's moments when given: the campaign is then one
+        long optimisation, as in the paper, instead of a fresh Adam per round (whose first steps
+        move every weight by about lr, whatever its gradient). Hyperparameters come from this
+        round's config, never from the saved state."""
+        optimizer = super().create_optimizer(*args, **kwargs)
+        if self._optimizer_state is not None:
+            saved = self._optimizer_state
+            groups = [
+                {**new, "params": old["params"]}
+                for new, old in zip(optimizer.param_groups, saved["param_groups"], strict=True)
+            ]
+            optimizer.load_state_dict({"state": saved["state"], "param_groups": groups})
+        return optimizer
 
     def get_train_dataloader(self) -> DataLoader:
         """The micro-batches in plan order; batch_size=None yields each dict as is (no collation)."""
@@ -280,6 +297,7 @@ def train_rows(
     cfg: TrainConfig,
     work_dir: Path,
     callbacks: list[TrainerCallback] | None = None,
+    optimizer_state: dict[str, Any] | None = None,
 ) -> tuple[PreTrainedModel | None, dict[str, Any]]:
     """Run one round's update on `rows`; returns the trained model (LoRA merged) and metrics.
 
@@ -305,7 +323,15 @@ def train_rows(
     )
     args = grpo_args(cfg, work_dir, accum, max_completion)
     peft_config = lora_config(cfg) if cfg.lora else None
-    trainer = RAOTrainer(model, args, batches, tokenizer, peft_config=peft_config, callbacks=callbacks)
+    trainer = RAOTrainer(
+        model,
+        args,
+        batches,
+        tokenizer,
+        peft_config=peft_config,
+        callbacks=callbacks,
+        optimizer_state=optimizer_state,
+    )
     acc = trainer.accelerator
     if (acc.process_index, acc.num_processes) != (rank, world_size):
         raise RuntimeError(
@@ -352,4 +378,6 @@ def train_rows(
     )
     if device.type == "cuda":
         metrics["peak_gpu_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+    if cfg.keep_optimizer_state and not sharded and not cfg.lora:
+        metrics["optimizer_state"] = trainer.optimizer.state_dict()  # popped and saved by the stage
     return _trained_model(trainer, cfg.lora), metrics

@@ -125,3 +125,33 @@ def test_round_without_trained_rows_copies_the_policy_forward(tmp_path, checkpoi
     before, after = weights(checkpoint), weights(out)
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert (out / METRICS).is_file()
+
+
+def test_adam_moments_carry_over_from_round_to_round(tmp_path, checkpoint):
+    """Round 2 resumes round 1's AdamW state (step count and moments), with round 2's own lr; a
+    fresh optimiser on the same data takes a different step, so the state is really used."""
+    import dataclasses
+
+    from rao_core.train.stage import OPTIMIZER
+
+    run = tmp_path / "run"
+    write_round(run, [1.0, 0.0, 1.0, 0.0])
+    v1 = tmp_path / "policy-1"
+    train_round(run, 0, checkpoint, v1, CFG)
+    saved = torch.load(v1 / OPTIMIZER, weights_only=True)
+    assert {s["step"].item() for s in saved["state"].values()} == {1.0}  # one optimiser step
+    assert saved["param_groups"][0]["lr"] == CFG.lr
+
+    second = dataclasses.replace(CFG, lr=5e-4)
+    resumed = train_round(run, 0, v1, tmp_path / "policy-2", second)
+    assert resumed["resumed_optimizer"] and "optimizer_state" not in resumed
+    again = torch.load(tmp_path / "policy-2" / OPTIMIZER, weights_only=True)
+    assert {s["step"].item() for s in again["state"].values()} == {2.0}  # the count went on
+    assert again["param_groups"][0]["lr"] == 5e-4  # this round's hyperparameters, not the saved ones
+    fresh_cfg = dataclasses.replace(second, keep_optimizer_state=False)
+    fresh = train_round(run, 0, v1, tmp_path / "policy-2-fresh", fresh_cfg)
+    assert not fresh["resumed_optimizer"] and not (tmp_path / "policy-2-fresh" / OPTIMIZER).exists()
+    a, b, start = weights(tmp_path / "policy-2"), weights(tmp_path / "policy-2-fresh"), weights(v1)
+    moved_a = sum((a[k] - start[k]).abs().sum() for k in a)
+    moved_b = sum((b[k] - start[k]).abs().sum() for k in b)
+    assert moved_a > 0 and moved_b > 0 and not torch.allclose(moved_a, moved_b, rtol=1e-3)
