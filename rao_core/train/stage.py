@@ -167,6 +167,8 @@ def _train_and_publish(
                 torch.cuda.empty_cache()
         metrics["stage_seconds"] = time.perf_counter() - t0
         metrics = _publish(tmp, out_path, metrics)
+        if model_path.parent == out_path.parent:  # the run's own checkpoints: keep the latest moments
+            (model_path / OPTIMIZER).unlink(missing_ok=True)  # only (a 4B model's are 32 GB a round)
         log.info("rank %d wrote checkpoint %s", world()[0], out_path)
         return metrics
     except BaseException:

@@ -145,9 +145,11 @@ def test_adam_moments_carry_over_from_round_to_round(tmp_path, checkpoint):
     second = dataclasses.replace(CFG, lr=5e-4)
     resumed = train_round(run, 0, v1, tmp_path / "policy-2", second)
     assert resumed["resumed_optimizer"] and "optimizer_state" not in resumed
+    assert not (v1 / OPTIMIZER).exists()  # superseded moments are dropped: only the latest are kept
     again = torch.load(tmp_path / "policy-2" / OPTIMIZER, weights_only=True)
     assert {s["step"].item() for s in again["state"].values()} == {2.0}  # the count went on
     assert again["param_groups"][0]["lr"] == 5e-4  # this round's hyperparameters, not the saved ones
+    torch.save(saved, v1 / OPTIMIZER)  # put round 1's moments back for the comparison
     fresh_cfg = dataclasses.replace(second, keep_optimizer_state=False)
     fresh = train_round(run, 0, v1, tmp_path / "policy-2-fresh", fresh_cfg)
     assert not fresh["resumed_optimizer"] and not (tmp_path / "policy-2-fresh" / OPTIMIZER).exists()
