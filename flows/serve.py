@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from prefect import serve
 
-from flows.training import evaluate_flow, round_flow, synthesize_flow, train_flow
+from flows.training import evaluate_flow, rollout_flow, round_flow, synthesize_flow, train_flow
 
 
 def deployments(config: str | None, overrides: list[str], interval_minutes: float | None):
@@ -17,6 +17,8 @@ def deployments(config: str | None, overrides: list[str], interval_minutes: floa
         train_flow.to_deployment(name="train", parameters=params),
         round_flow.to_deployment(name="next-round", parameters=params, interval=every),
         evaluate_flow.to_deployment(name="evaluate", parameters=params),
+        evaluate_flow.to_deployment(name="compare", parameters={**params, "compare": True}),
+        rollout_flow.to_deployment(name="rollout", parameters=params),
         synthesize_flow.to_deployment(name="synthesize", parameters=params),
     ]
 

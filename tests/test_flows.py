@@ -210,3 +210,14 @@ def test_other_suites_run_through_the_same_flow(prefect_server, tmp_path, suite)
     assert is_complete(cfg.run_dir / "scores" / "round=0")
     assert campaign.checkpoint_complete(campaign.checkpoint_dir(cfg, 1))
     assert (cfg.run_dir / "reports" / "learning_curves.png").is_file()
+
+
+def test_serve_registers_every_flow_with_the_run_parameters():
+    from flows.serve import deployments
+
+    deps = {d.name: d for d in deployments("run.yaml", ["campaign.rounds=5"], 30)}
+    assert set(deps) == {"train", "next-round", "evaluate", "compare", "rollout", "synthesize"}
+    assert all(d.parameters["overrides"] == ["campaign.rounds=5"] for d in deps.values())
+    assert deps["compare"].parameters["compare"] is True
+    assert [s.schedule.interval.total_seconds() for s in deps["next-round"].schedules] == [1800.0]
+    assert not deps["train"].schedules

@@ -91,6 +91,7 @@ def plot_learning_curves(arms: dict[str, dict[int, dict[str, Any]]], out: Path) 
             ax.fill_between(x, [m["success_ci_low"] for m in ms], [m["success_ci_high"] for m in ms],
                             color=colour, alpha=0.08)  # fmt: skip
     ax.set(xlabel="policy version (0 = warm start)", ylabel="held-out success", ylim=(0, 1.02))
+    ax.xaxis.get_major_locator().set_params(integer=True)  # versions are whole numbers
     ax.set_title("Learning curves")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
