@@ -74,7 +74,7 @@ def train_flow(config: str | None = None, overrides: list[str] | None = None) ->
     """The main job: synthesize, warm start, evaluate v0, then `campaign.rounds` rounds (of the
     single-agent control arm too, with `campaign.control_arm`)."""
     cfg = _config(config, overrides)
-    arms = [cfg, campaign.control_config(cfg)] if cfg.campaign.control_arm else [cfg]
+    arms = campaign.arms(cfg)
     for arm in arms:
         stages.synthesize(arm)
         stages.warm_start(arm)
@@ -90,7 +90,7 @@ def train_flow(config: str | None = None, overrides: list[str] | None = None) ->
 def round_flow(config: str | None = None, overrides: list[str] | None = None) -> dict:
     """One more round on the latest checkpoint (what the schedule runs)."""
     cfg = _config(config, overrides)
-    arms = [cfg, campaign.control_config(cfg)] if cfg.campaign.control_arm else [cfg]
+    arms = campaign.arms(cfg)
     metrics = []
     for arm in arms:
         stages.synthesize(arm)

@@ -47,6 +47,11 @@ def control_config(cfg: RunConfig) -> RunConfig:
     )
 
 
+def arms(cfg: RunConfig) -> list[RunConfig]:
+    """The campaign's arms: the run itself, and its single-agent control arm when asked for."""
+    return [cfg, control_config(cfg)] if cfg.campaign.control_arm else [cfg]
+
+
 def checkpoint_dir(cfg: RunConfig, version: int) -> Path:
     return cfg.run_dir / "checkpoints" / f"round-{version}"
 
