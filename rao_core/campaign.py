@@ -17,8 +17,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from rao_core import tracking
-from rao_core.config import RunConfig, save_config
+from rao_core.config import ConfigError, RunConfig, save_config
 from rao_core.store.parquet import is_complete
 
 SHIPPED = Path(__file__).resolve().parent / "models" / "checkpoints"
@@ -262,7 +264,21 @@ def status(cfg: RunConfig, rounds: int | None = None) -> list[dict[str, Any]]:
     return rows
 
 
+def check_run_folder(cfg: RunConfig) -> None:
+    """A run folder belongs to one task suite: continuing it with another would mix the suites'
+    rollouts and checkpoints (e.g. an old `runs/default` of another suite). Other fields may change
+    between rounds (rounds, learning rate, ...)."""
+    path = cfg.run_dir / "config.yaml"
+    saved = yaml.safe_load(path.read_text()) if path.is_file() else None
+    if isinstance(saved, dict) and saved.get("suite", cfg.suite) != cfg.suite:
+        raise ConfigError(
+            f"run_name: {cfg.run_dir} holds a {saved['suite']} run, this configuration is {cfg.suite}; "
+            "choose another run_name (or remove the folder)"
+        )
+
+
 def prepare(cfg: RunConfig) -> None:
+    check_run_folder(cfg)
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, cfg.run_dir / "config.yaml")
 

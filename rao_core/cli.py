@@ -81,6 +81,9 @@ def _print_campaign(cfg) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     _prefect_env()
     cfg = load_config(args.config, args.overrides)  # fail on bad input before Prefect starts
+    from rao_core.campaign import check_run_folder
+
+    check_run_folder(cfg)
     from flows.training import train_flow
 
     train_flow(config=args.config, overrides=args.overrides)

@@ -126,6 +126,18 @@ def test_control_arm_trains_beside_the_main_arm(prefect_server, tmp_path):
     assert "recursive easy" in curves and "single easy" in curves
 
 
+def test_a_run_folder_of_another_suite_is_refused(tmp_path, capsys):
+    from rao_core.cli import main
+
+    old = load_config(overrides=[f"runs_dir={tmp_path}", "suite=textcraft"])
+    campaign.prepare(old)  # e.g. an earlier `runs/default` of the reference suite
+    before = sorted(p.name for p in old.run_dir.iterdir())
+    assert main(["train", "--set", f"runs_dir={tmp_path}"]) == 2  # the default suite is textcraft-small
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("config error: run_name:") and "holds a textcraft run" in err
+    assert sorted(p.name for p in old.run_dir.iterdir()) == before  # nothing started
+
+
 def test_bad_config_fails_before_any_work(tmp_path, capsys):
     from rao_core.cli import main
 
