@@ -68,6 +68,9 @@ class WarmStartConfig:
     recursive_tiers: list = opt([2, 3, 3, 4], "target tiers of recursive trees, sampled uniformly")
     flat_tiers: list = opt([1, 2, 2, 2, 3], "target tiers of flat trees, sampled uniformly")
     error_rate: float = opt(0.04, "expert slips per turn (each followed by its repair; slips get no loss)")
+    give_up_rate: float = opt(
+        0.0, "share of expert sub-agents that fail at once, so parents show recovery (re-launch)"
+    )
     max_minutes: float = opt(10.0, "wall-clock budget of training, drill included")
     max_steps: int = opt(-1, "optimizer steps (-1: until max_minutes or epochs run out)")
     epochs: float = opt(4.0, "passes over the data at most")
@@ -126,7 +129,7 @@ def expert_examples(cfg: WarmStartConfig, chat: ChatFraming) -> list[dict]:
         for i in range(n):
             task = make_small_task(train_seed(rng), rng.choice(tiers), "train")
             jobs.append((mode, TreeSpec(f"ws-{mode}-{i}", 0, env_from_small_task(task), task.difficulty)))
-    expert = SmallExpert(error_rate=cfg.error_rate)
+    expert = SmallExpert(error_rate=cfg.error_rate, give_up_rate=cfg.give_up_rate)
     runs = asyncio.run(_run_trees(jobs, expert, chat, cfg.context, cfg.max_concurrent_trees, 1.0))
     rows = []
     for mode, run in runs:

@@ -122,11 +122,13 @@ def test_success_means_crafted_not_owned():
     assert owner.success(True, "") == 1.0 and owner.success(False, "") == 0.0
 
 
-def run_expert(tasks, mode: str, error_rate: float = 0.0) -> list[tuple[object, TreeRun]]:
+def run_expert(
+    tasks, mode: str, error_rate: float = 0.0, give_up_rate: float = 0.0
+) -> list[tuple[object, TreeRun]]:
     cfg = AgentConfig(
         mode=mode, reply_format="python", max_steps=40, max_context_tokens=4096, cell_timeout_s=5.0
     )
-    expert = SmallExpert(error_rate=error_rate)
+    expert = SmallExpert(error_rate=error_rate, give_up_rate=give_up_rate)
 
     async def main():
         try:
@@ -169,6 +171,18 @@ def test_expert_slips_and_repairs():
     assert expert.mistakes  # and the slips are on record, so training can mask them
     text = " ".join(root(run).transcript for _, run in runs)
     assert "Error: missing" in text or "unknown item" in text
+
+
+def test_parents_recover_from_sub_agents_that_give_up():
+    runs, expert = run_expert(make_small_tasks(4, "val"), "recursive", give_up_rate=0.5)
+    children = [r for _, run in runs for r in run.records if r.depth > 0]
+    quitters = [r for r in children if r.success == 0]
+    assert quitters and all(expert.mistakes.get(r.node_id) == {0} for r in quitters)  # masked in SFT
+    assert sum(root(run).success for _, run in runs) == len(runs)  # every parent re-launched
+    by_id = {r.node_id: r for _, run in runs for r in run.records}
+    for quitter in quitters:  # its parent learnt of it from the craft error, and launched it again
+        parent = by_id[quitter.parent_id].transcript
+        assert parent.count(f"sub({quitter.goal.split()[-1]!r})") >= 2 and "Error: missing" in parent
 
 
 def test_launch_result_reports_the_childs_success():

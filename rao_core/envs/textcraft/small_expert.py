@@ -36,8 +36,8 @@ class _Frame:
 
 
 class SmallExpert(Policy):
-    def __init__(self, error_rate: float = 0.0, latency_s: float = 0.0) -> None:
-        self.error_rate, self.latency_s = error_rate, latency_s
+    def __init__(self, error_rate: float = 0.0, latency_s: float = 0.0, give_up_rate: float = 0.0) -> None:
+        self.error_rate, self.latency_s, self.give_up_rate = error_rate, latency_s, give_up_rate
         self.mistakes: dict[str, set[int]] = {}
 
     async def generate(self, request: GenerationRequest) -> Generation:
@@ -57,6 +57,13 @@ class SmallExpert(Policy):
     def next_cell(self, node: NodeState) -> tuple[str, bool]:
         """(cell, whether it is a deliberate mistake)."""
         env: SmallEnv = node.env  # type: ignore[assignment]
+        if (
+            node.depth > 0
+            and node.turn == 0
+            and self.give_up_rate > 0
+            and node.rng.random() < self.give_up_rate
+        ):
+            return "finish('done')", True  # a sub-agent that fails: its parent must recover (re-launch)
         stack: list[_Frame] = node.memory.setdefault("stack", [_Frame(env.target)])
         if not stack:
             return "finish('done')", False
