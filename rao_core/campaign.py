@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import yaml
 
 from rao_core import tracking
 from rao_core.config import ConfigError, RunConfig, save_config
+from rao_core.store.files import write_json, write_text
 from rao_core.store.parquet import is_complete
 
 SHIPPED = Path(__file__).resolve().parent / "models" / "checkpoints"
@@ -156,7 +156,7 @@ def log_round(cfg: RunConfig, round_: int, metrics: dict[str, Any]) -> bool:
     if cfg.tracking.log_checkpoints and checkpoint_complete(ckpt):
         tracking.log_artifacts(cfg, run_id, ckpt, "checkpoint")
     tracking.finish_run(cfg, run_id)
-    _write_json(marker, metrics)
+    write_json(marker, metrics)
     return True
 
 
@@ -166,15 +166,8 @@ def log_baseline(cfg: RunConfig, eval_metrics: dict[str, Any]) -> bool:
     if marker.is_file():
         return False
     tracking.log_metrics(cfg, tracking.campaign_run_id(cfg), {"eval": eval_metrics}, step=0)
-    _write_json(marker, eval_metrics)
+    write_json(marker, eval_metrics)
     return True
-
-
-def _write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
 
 
 def artifact_key(cfg: RunConfig, *parts: object) -> str:
@@ -316,7 +309,7 @@ def write_campaign_report(cfg: RunConfig) -> dict[str, Path]:
     if not arms:
         return {}
     files = {
-        "curves": _write_text(out / "learning_curves.md", report.curves_markdown(arms)),
+        "curves": write_text(out / "learning_curves.md", report.curves_markdown(arms)),
         "curves_plot": report.plot_learning_curves(arms, out / "learning_curves.png"),
         "depth_plot": report.plot_depth_by_difficulty(
             {f"{arm} v{max(h)}": h[max(h)] for arm, h in arms.items()}, out / "depth_by_difficulty.png"
@@ -335,7 +328,7 @@ def write_comparison(cfg: RunConfig, result: dict[str, Any]) -> dict[str, Path]:
     v, out = result["version"], cfg.run_dir / "reports"
     title = f"{cfg.run_name}: policy version {v}, single against recursive"
     files = {
-        "table": _write_text(out / f"compare-v{v}.md", report.comparison_markdown(result, title)),
+        "table": write_text(out / f"compare-v{v}.md", report.comparison_markdown(result, title)),
         "depth_plot": report.plot_depth_by_difficulty(
             {f"{c['mode']} @{c['ctx']}": c["summary"] for c in result["cells"]},
             out / f"compare-v{v}-depth.png",
@@ -345,11 +338,3 @@ def write_comparison(cfg: RunConfig, result: dict[str, Any]) -> dict[str, Path]:
     for path in files.values():
         tracking.log_artifacts(cfg, parent, path, "reports")
     return files
-
-
-def _write_text(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rao_core.config import RunConfig, to_dict
+from rao_core.store.files import write_json
 
 
 def tracking_uri(cfg: RunConfig) -> str:
@@ -48,11 +49,7 @@ def _load_ids(cfg: RunConfig) -> dict:
 
 
 def _save_ids(cfg: RunConfig, ids: dict) -> None:
-    path = _ids_path(cfg)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(ids, indent=1))
-    os.replace(tmp, path)
+    write_json(_ids_path(cfg), ids)
 
 
 def metric_name(key: str) -> str:

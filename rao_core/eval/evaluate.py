@@ -6,13 +6,13 @@ eval/round=N/nodes.parquet + summary.json     (policy version N, split val, one 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from rao_core.config import RunConfig
 from rao_core.eval.metrics import tree_metrics
 from rao_core.rollout import run_rollout
+from rao_core.store.files import write_json
 from rao_core.store.parquet import read_partition
 
 
@@ -37,7 +37,5 @@ def summarize_eval(dest: Path) -> dict[str, Any]:
     if summary_path.is_file():
         return json.loads(summary_path.read_text())
     metrics = tree_metrics(read_partition(dest, "nodes").to_pylist())
-    tmp = summary_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(metrics, indent=1, default=str))
-    os.replace(tmp, summary_path)
+    write_json(summary_path, metrics)
     return metrics

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rao_core.store.files import atomic_write
+
 DIFFICULTY_ORDER = ("easy", "medium", "hard", "extreme")
 
 
@@ -119,11 +121,8 @@ def plot_depth_by_difficulty(cells: dict[str, dict[str, Any]], out: Path) -> Pat
 
 def _save(fig: Any, out: Path) -> Path:
     """Write atomically: a reader (MLflow, the UI) never sees half a PNG."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
     fig.tight_layout()
-    fig.savefig(tmp, dpi=110, format="png")
-    tmp.replace(out)
+    atomic_write(out, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
     import matplotlib.pyplot as plt
 
     plt.close(fig)

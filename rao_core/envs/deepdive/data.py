@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 from rao_core.config import DeepDiveConfig
@@ -25,32 +22,23 @@ from rao_core.envs.deepdive.questions import make_tasks, write_tasks
 from rao_core.envs.deepdive.real import load_real
 from rao_core.envs.deepdive.search import load_backend
 from rao_core.envs.deepdive.tools import WebTools
+from rao_core.store.files import atomic_write
 
 FILES = ("settings.json", "graph.json", "pages.parquet", "train.parquet", "val.parquet")
-
-
-def _atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """Write through a temporary name in the same folder, then rename: no reader sees half a file."""
-    tmp = path.parent / f".tmp-{path.name}-{uuid.uuid4().hex[:8]}"
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def synthesize(cfg: DeepDiveConfig, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     graph = generate_graph(cfg)
     tasks = load_real(cfg) if cfg.real_path else make_tasks(graph, cfg)
-    _atomic(out / "graph.json", lambda p: p.write_text(graph.to_json()))
-    _atomic(out / "pages.parquet", lambda p: write_pages(render_corpus(graph, cfg.seed), p))
+    atomic_write(out / "graph.json", lambda p: p.write_text(graph.to_json()))
+    atomic_write(out / "pages.parquet", lambda p: write_pages(render_corpus(graph, cfg.seed), p))
     for split in ("train", "val"):
-        _atomic(
+        atomic_write(
             out / f"{split}.parquet", lambda p, s=split: write_tasks([t for t in tasks if t.split == s], p)
         )
     made_with = json.dumps(dataclasses.asdict(cfg), indent=1)
-    _atomic(out / "settings.json", lambda p: p.write_text(made_with))  # last: marks the folder complete
+    atomic_write(out / "settings.json", lambda p: p.write_text(made_with))  # last: marks the folder complete
 
 
 def settings(data_dir: Path) -> DeepDiveConfig:

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from rao_core.config import OolongConfig
 from rao_core.envs.oolong.questions import KINDS, make_question
 from rao_core.envs.oolong.transcript import generate
-from rao_core.envs.textcraft.tasks import _atomic
+from rao_core.store.files import atomic_write
 
 COLUMNS = ("task_id", "split", "difficulty", "bucket_tokens", "kind", "arg", "question", "answer", "context")
 
@@ -62,7 +62,7 @@ def write_tasks(tasks: list[Task], path: Path) -> Path:
     cols["answer"] = [json.dumps(a) for a in cols["answer"]]
     types = {c: pa.int64() if c == "bucket_tokens" else pa.string() for c in COLUMNS}
     table = pa.table({c: pa.array(v, types[c]) for c, v in cols.items()})
-    _atomic(path, lambda tmp: pq.write_table(table, tmp))
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp))
     return path
 
 

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from rao_core.envs.base import Environment, LaunchError
 from rao_core.envs.textcraft.env import Inventory
-from rao_core.envs.textcraft.tasks import _atomic
+from rao_core.store.files import atomic_write
 
 SMALL_DIFFICULTIES = {"easy": 2, "medium": 3, "hard": 4, "extreme": 5}  # difficulty -> target tier
 VAL_SEED_BASE = 1 << 40  # training worlds use seeds below, validation worlds at or above: disjoint
@@ -188,7 +188,7 @@ def write_small_tasks(tasks: list[SmallTask], path: str | Path) -> Path:
             "gold_crafts": pa.array([t.gold_crafts for t in tasks], pa.int64()),
         }
     )
-    _atomic(path, lambda tmp: pq.write_table(table, tmp))
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp))
     return path
 
 

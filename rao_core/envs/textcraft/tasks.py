@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +18,7 @@ import pyarrow.parquet as pq
 from rao_core.config import DIFFICULTIES, TaskConfig, WorldConfig
 from rao_core.envs.textcraft.solver import simulate, solve, tree_needs
 from rao_core.envs.textcraft.world import World, generate_world
+from rao_core.store.files import atomic_write
 
 COLUMNS = ("task_id", "target", "count", "difficulty", "depth", "split", "inventory", "gold_plan")
 
@@ -103,17 +102,6 @@ def make_tasks(world: World, cfg: TaskConfig) -> list[Task]:
     return tasks
 
 
-def _atomic(path: Path, write) -> None:
-    """Write through a temp name in the same folder, then rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".tmp-{path.name}-{uuid.uuid4().hex[:8]}"
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def tasks_table(tasks: list[Task]) -> pa.Table:
     return pa.table(
         {
@@ -134,7 +122,7 @@ def tasks_table(tasks: list[Task]) -> pa.Table:
 def write_tasks(tasks: list[Task], path: str | Path) -> Path:
     path = Path(path)
     table = tasks_table(tasks)
-    _atomic(path, lambda tmp: pq.write_table(table, tmp))
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp))
     return path
 
 
@@ -161,7 +149,7 @@ def synthesize(world_cfg: WorldConfig, task_cfg: TaskConfig, out_dir: str | Path
     world = generate_world(world_cfg)
     tasks = make_tasks(world, task_cfg)
     paths = {"world": out_dir / "world.json"}
-    _atomic(paths["world"], lambda tmp: tmp.write_text(world.to_json()))
+    atomic_write(paths["world"], lambda tmp: tmp.write_text(world.to_json()))
     for split in ("train", "val"):
         paths[split] = write_tasks([t for t in tasks if t.split == split], out_dir / f"{split}.parquet")
     return paths
