@@ -73,12 +73,15 @@ def test_staggered_arrivals_join_the_running_batch(ref):
     ps = prompts(10, seed=1)
 
     async def staggered(i, p):
-        await asyncio.sleep(0.004 * i)
-        return await engine.generate(req(p, 4 + i))
+        # Arrive after the engine has run i forward passes: gated on progress, not on wall-clock,
+        # so a fast or a loaded machine sees the same joins (request 0 still decodes 24 tokens).
+        while engine.stats.batches < i:
+            await asyncio.sleep(0.0005)
+        return await engine.generate(req(p, 24 - i))
 
     outs = run(lambda: asyncio.gather(*[staggered(i, p) for i, p in enumerate(ps)]), engine)
     for i, (p, a) in enumerate(zip(ps, outs, strict=True)):
-        expected = ref.generate(torch.tensor([p]), max_new_tokens=4 + i, do_sample=False)[0, len(p) :]
+        expected = ref.generate(torch.tensor([p]), max_new_tokens=24 - i, do_sample=False)[0, len(p) :]
         assert a.token_ids == expected.tolist()
     assert max(engine.stats.batch_sizes) == 5  # max_batch_size is respected
     assert engine.stats.requests == 10 and engine.stats.tokens_generated == sum(
