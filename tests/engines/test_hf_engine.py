@@ -276,9 +276,9 @@ def test_cancelled_requests_leave_the_batch():
         task = asyncio.ensure_future(engine.generate(req(prompts(1)[0], 10_000)))
         await asyncio.sleep(0.05)
         task.cancel()
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # a step already in the executor may still finish (loaded CI)
         steps = engine.stats.batches
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
         assert engine.stats.batches == steps  # nothing left to decode
         return await engine.generate(req(prompts(1)[0], 3))
 
