@@ -248,6 +248,7 @@ class EvalConfig:
     num_tasks: int = opt(32, "validation tasks per difficulty")
     difficulty: str = opt("medium,hard", "difficulties evaluated (comma list)")
     temperature: float = opt(0.0, "sampling temperature of evaluation (0 = greedy)")
+    samples: int = opt(1, "trees per held-out task; > 1 needs temperature > 0 (success = mean over them)")
     modes: str = opt("single,recursive", "`rao eval --compare`: agent modes compared (comma list)")
     context_limits: str = opt(
         "", "`rao eval --compare`: max_context_tokens values compared (comma list; empty = agent's)"
@@ -353,6 +354,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     for diff in cfg.eval.difficulty.split(","):
         need(diff.strip() in DIFFICULTIES, "eval.difficulty", f"unknown difficulty {diff!r}")
     need(cfg.eval.num_tasks >= 1, "eval.num_tasks", "must be >= 1")
+    need(cfg.eval.samples >= 1, "eval.samples", "must be >= 1")
+    need(cfg.eval.samples == 1 or cfg.eval.temperature > 0, "eval.samples", "> 1 needs eval.temperature > 0")
     judge = cfg.judge
     need(
         judge.kind in ("none", "scripted") or bool(judge.model), "judge.model", f"needed by kind {judge.kind}"

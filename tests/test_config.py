@@ -32,6 +32,7 @@ def test_overrides_and_yaml(tmp_path):
         ("judge.kind=hf", "judge.model"),
         ("eval.modes=recursive,flat", "eval.modes"),
         ("eval.context_limits=100", "eval.context_limits"),
+        ("eval.samples=4", "eval.samples"),  # greedy samples are all the same tree
     ],
 )
 def test_bad_input_names_the_field(override, field):

@@ -42,7 +42,7 @@ def compare_version(
         cell_cfg = dataclasses.replace(cfg, agent=agent)
         dest = cell_dir(cfg, version, mode, ctx)
         run_rollout(
-            cell_cfg, dest, "val", cfg.eval.difficulty, cfg.eval.num_tasks, 1, cfg.eval.temperature,
+            cell_cfg, dest, "val", cfg.eval.difficulty, cfg.eval.num_tasks, cfg.eval.samples, cfg.eval.temperature,
             progress, model_path, per_difficulty=True, task_seed=cfg.tasks.seed,
         )  # fmt: skip
         cells.append({"mode": mode, "ctx": ctx, "summary": summarize_eval(dest)})

@@ -26,7 +26,7 @@ def evaluate_round(
     """Evaluate policy version `round_` (idempotent: a complete partition is only re-summarised)."""
     dest = eval_dir(cfg, round_)
     run_rollout(
-        cfg, dest, "val", cfg.eval.difficulty, cfg.eval.num_tasks, 1, cfg.eval.temperature, progress,
+        cfg, dest, "val", cfg.eval.difficulty, cfg.eval.num_tasks, cfg.eval.samples, cfg.eval.temperature, progress,
         model_path, per_difficulty=True, task_seed=cfg.tasks.seed,
     )  # fmt: skip
     return summarize_eval(dest)

@@ -4,6 +4,7 @@ import pytest
 
 from rao_core.eval.evaluate import evaluate_round
 from rao_core.eval.metrics import tree_metrics, wilson_interval
+from rao_core.store.parquet import read_partition
 
 
 def node(tree, path, parent, depth, success, difficulty="easy", children=0, start=0.0, end=1.0, turns=2):
@@ -49,3 +50,14 @@ def test_evaluate_round_writes_partition_and_summary(toy):
     assert m["easy"]["trees"] == 2 and m["medium"]["trees"] == 2
     assert (cfg.run_dir / "eval" / "round=0" / "summary.json").is_file()
     assert evaluate_round(cfg, 0) == m  # idempotent
+
+
+def test_sampled_evaluation_rolls_out_k_trees_per_task(toy):
+    """eval.samples k at temperature > 0: k trees of each held-out task, success is their mean."""
+    cfg = toy("eval.num_tasks=2", "eval.difficulty=easy", "eval.samples=3", "eval.temperature=1")
+    m = evaluate_round(cfg, 0)
+    rows = read_partition(cfg.run_dir / "eval" / "round=0", "nodes").to_pylist()
+    roots = [r for r in rows if r["parent_id"] is None]
+    assert m["easy"]["trees"] == 6 and len({r["task_id"] for r in roots}) == 2
+    assert sorted(r["sample"] for r in roots) == [0, 0, 1, 1, 2, 2]
+    assert m["easy"]["success"] == pytest.approx(sum(r["success"] for r in roots) / 6)

@@ -32,7 +32,7 @@ class _Frame:
     todo: list[str] = field(default_factory=list)
     looked_up: bool = False
     craft_from: int | None = None  # the item's count when craft(item) was sent
-    slipped: bool = False  # at most one slip per item, so a slip is never repeated into a loop
+    slipped: bool = False  # at most one slip per item: only a give-up sub-agent loops
 
 
 class SmallExpert(Policy):
@@ -63,7 +63,14 @@ class SmallExpert(Policy):
             and self.give_up_rate > 0
             and node.rng.random() < self.give_up_rate
         ):
-            return "finish('done')", True  # a sub-agent that fails: its parent must recover (re-launch)
+            # A sub-agent that fails, the two ways the model's sub-agents fail: it quits at once, or it
+            # repeats a misspelt cell until the loop guard stops it. Its parent must recover.
+            typo = _typo(env.target, env, node)
+            node.memory["loop_cell"] = f"craft({typo!r})" if typo and node.rng.random() < 0.5 else None
+            if node.memory["loop_cell"] is None:
+                return "finish('done')", True
+        if node.memory.get("loop_cell"):
+            return node.memory["loop_cell"], True
         stack: list[_Frame] = node.memory.setdefault("stack", [_Frame(env.target)])
         if not stack:
             return "finish('done')", False
