@@ -18,7 +18,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from rao_core.train.warmstart import WarmStartConfig, format_table, warm_start
+from rao_core.train.warmstart import WarmStartConfig, evaluate_warm_start, format_table, warm_start
 
 
 class _Tee:
@@ -39,6 +39,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="work folder (expert data, model/, metrics.json, logs)")
     p.add_argument("--ship", help="copy the checkpoint, metrics, log and command into this folder")
+    p.add_argument(
+        "--eval_only",
+        action="store_true",
+        help="only evaluate <out>/model (trained before) into its metrics.json",
+    )
     for f in dataclasses.fields(WarmStartConfig):
         kind = type(f.default_factory()) if f.default_factory is not dataclasses.MISSING else type(f.default)
         default = f.default_factory() if kind is list else f.default
@@ -63,7 +68,15 @@ def main() -> None:
     with (out / "warmstart.log").open("a") as log:
         sys.stdout = _Tee(sys.__stdout__, log)
         print(f"$ {command}\nconfig: {json.dumps(dataclasses.asdict(cfg))}", flush=True)
-        metrics = warm_start(cfg, out, progress=True)
+        if args.eval_only:
+            trained = (
+                (out / "COMMAND").read_text().strip() if (out / "COMMAND").is_file() else "(trained before)"
+            )
+            command = f"{trained}\n{command}"
+            metrics = evaluate_warm_start(cfg, out, progress=True)
+        else:
+            (out / "COMMAND").write_text(command + "\n")
+            metrics = warm_start(cfg, out, progress=True)
         print(json.dumps({k: v for k, v in metrics.items() if k not in ("config", "eval")}, indent=1))
         if "eval" in metrics:
             print(format_table(metrics["eval"]))

@@ -48,6 +48,7 @@ from rao_core.envs.textcraft.small_expert import SmallExpert
 from rao_core.eval.metrics import wilson_interval
 from rao_core.models.tiny import build_tiny_model, save_checkpoint
 from rao_core.models.tokenizer import tiny_tokenizer
+from rao_core.store.files import write_json
 
 MODES = {"recursive": "recursive", "flat": "single"}  # report name -> AgentConfig.mode
 
@@ -396,14 +397,23 @@ def warm_start(cfg: WarmStartConfig, out_dir: str | Path, progress: bool = False
     shutil.rmtree(out / "trainer", ignore_errors=True)
     metrics: dict[str, Any] = {"config": asdict(cfg), "parameters": params, "data": data, "train": train}
     if cfg.eval_tasks > 0:
-        metrics["eval"] = evaluate_small(
-            out / "model", cfg.eval_tasks, cfg.eval_difficulties, seed=cfg.eval_seed, context=cfg.context,
-            max_batch_size=cfg.max_batch_size, max_concurrent_trees=cfg.max_concurrent_trees, progress=progress,
-            threads=cfg.threads,
-        )  # fmt: skip
-    tmp = out / "metrics.json.tmp"
-    tmp.write_text(json.dumps(metrics, indent=1))
-    os.replace(tmp, out / "metrics.json")
+        return evaluate_warm_start(cfg, out, progress, metrics)
+    write_json(out / "metrics.json", metrics)
+    return metrics
+
+
+def evaluate_warm_start(
+    cfg: WarmStartConfig, out: Path, progress: bool = False, metrics: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Held-out evaluation of `<out>/model` as metrics.json's "eval", written last (also run on its
+    own, `scripts/warmstart.py --eval_only`, for a checkpoint trained with `eval_tasks=0`)."""
+    metrics = metrics if metrics is not None else json.loads((out / "metrics.json").read_text())
+    metrics["eval"] = evaluate_small(
+        out / "model", cfg.eval_tasks, cfg.eval_difficulties, seed=cfg.eval_seed, context=cfg.context,
+        max_batch_size=cfg.max_batch_size, max_concurrent_trees=cfg.max_concurrent_trees, progress=progress,
+        threads=cfg.threads,
+    )  # fmt: skip
+    write_json(out / "metrics.json", metrics)
     return metrics
 
 
