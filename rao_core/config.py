@@ -208,7 +208,7 @@ class TrainConfig:
     loss_type: Literal["cispo", "grpo", "dr_grpo", "dapo", "bnpo", "sapo", "luspo", "vespo"] = opt(
         "cispo", "TRL loss; cispo = -(sg(clip(ratio, 0, clip_high)) * A * log pi), token mean (the reference)"
     )
-    lr: float = opt(3e-4, "AdamW learning rate, constant (the tiny model; the paper uses 3e-6 for 4B)")
+    lr: float = opt(1.5e-4, "AdamW learning rate, constant (the tiny model; the paper uses 3e-6 for 4B)")
     betas: list = opt([0.9, 0.95], "AdamW betas")
     weight_decay: float = opt(0.017, "AdamW weight decay")
     max_grad_norm: float = opt(1.0, "gradient clipping by global norm; 0 disables it")
@@ -270,7 +270,7 @@ class TrackingConfig:
 class CampaignConfig:
     """The training campaign: warm start, then rounds of rollout -> score -> train -> evaluate."""
 
-    rounds: int = opt(3, "RL rounds of the campaign (`rao round` / the schedule add more)")
+    rounds: int = opt(5, "RL rounds of the campaign (`rao round` / the schedule add more)")
     control_arm: bool = opt(
         False,
         "also train the single-agent control arm with the same budget (run <run_name>-single: "

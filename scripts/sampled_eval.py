@@ -1,0 +1,78 @@
+"""Held-out success of two policy versions of a run at the sampling temperature, paired by task.
+
+    .venv/bin/python scripts/sampled_eval.py --run l4 --versions 0 5 --temperature 1 --samples 4
+
+Greedy evaluation (the campaign's) scores one deterministic tree per task; RL optimises the policy
+as it samples. This rolls out `--samples` trees per held-out task (the campaign's fixed eval tasks)
+for each version, into <run>/eval-sampled/T=<t>,k=<k>/v=<n>/ (resumable partitions), and prints
+success per difficulty plus the paired difference last - first with a 95% bootstrap interval over
+tasks. Version 0 is the run's starting model (policy.model); version n is checkpoints/round-n.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from collections import defaultdict
+from pathlib import Path
+
+from rao_core.config import load_config
+from rao_core.eval.metrics import tree_metrics
+from rao_core.rollout import run_rollout
+from rao_core.store.parquet import read_partition
+
+
+def per_task_success(rows: list[dict]) -> dict[str, float]:
+    wins: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        if r["parent_id"] is None:
+            wins[r["task_id"]].append(r["success"])
+    return {task: sum(v) / len(v) for task, v in wins.items()}
+
+
+def paired_bootstrap(diffs: list[float], draws: int = 4000, seed: int = 0) -> tuple[float, float]:
+    rng = random.Random(seed)
+    means = sorted(sum(rng.choice(diffs) for _ in diffs) / len(diffs) for _ in range(draws))
+    return means[int(0.025 * draws)], means[int(0.975 * draws) - 1]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run", required=True, help="run_name of a finished or running campaign")
+    p.add_argument("--runs_dir", default="runs")
+    p.add_argument("--versions", type=int, nargs="+", default=[0], help="policy versions (0 = start)")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--samples", type=int, default=4, help="trees per held-out task")
+    args = p.parse_args()
+    cfg = load_config(Path(args.runs_dir) / args.run / "config.yaml", [f"runs_dir={args.runs_dir}"])
+    results = {}
+    for v in args.versions:
+        model = None if v == 0 else cfg.run_dir / "checkpoints" / f"round-{v}"
+        if model is not None and not model.is_dir():
+            raise SystemExit(f"--versions: {model} does not exist")
+        dest = cfg.run_dir / "eval-sampled" / f"T={args.temperature},k={args.samples}" / f"v={v}"
+        run_rollout(
+            cfg, dest, "val", cfg.eval.difficulty, cfg.eval.num_tasks, args.samples, args.temperature,
+            True, model, per_difficulty=True, task_seed=cfg.tasks.seed,
+        )  # fmt: skip
+        rows = read_partition(dest, "nodes").to_pylist()
+        m = tree_metrics(rows)
+        results[v] = per_task_success(rows)
+        cells = ", ".join(
+            f"{d} {m[d]['success']:.1%}" for d in m if isinstance(m[d], dict) and "trees" in m[d]
+        )
+        print(f"v{v}: {cells} ({m['all']['trees']} trees)", flush=True)
+    if len(results) >= 2:
+        first, last = args.versions[0], args.versions[-1]
+        tasks = sorted(results[first])
+        diffs = [results[last][t] - results[first][t] for t in tasks]
+        lo, hi = paired_bootstrap(diffs)
+        better, worse = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
+        print(
+            f"v{last} - v{first}: {sum(diffs) / len(diffs):+.1%} [95% bootstrap {lo:+.1%}, {hi:+.1%}] "
+            f"over {len(tasks)} tasks ({better} better, {worse} worse)"
+        )
+
+
+if __name__ == "__main__":
+    main()
