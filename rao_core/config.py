@@ -270,7 +270,7 @@ class TrackingConfig:
 class CampaignConfig:
     """The training campaign: warm start, then rounds of rollout -> score -> train -> evaluate."""
 
-    rounds: int = opt(5, "RL rounds of the campaign (`rao round` / the schedule add more)")
+    rounds: int = opt(8, "RL rounds of the campaign (`rao round` / the schedule add more)")
     control_arm: bool = opt(
         False,
         "also train the single-agent control arm with the same budget (run <run_name>-single: "
