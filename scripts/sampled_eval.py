@@ -12,28 +12,13 @@ tasks. Version 0 is the run's starting model (policy.model); version n is checkp
 from __future__ import annotations
 
 import argparse
-import random
-from collections import defaultdict
 from pathlib import Path
 
+from rao_core.campaign import checkpoint_dir
 from rao_core.config import load_config
-from rao_core.eval.metrics import tree_metrics
+from rao_core.eval.metrics import paired_bootstrap, per_task_success, tree_metrics
 from rao_core.rollout import run_rollout
 from rao_core.store.parquet import read_partition
-
-
-def per_task_success(rows: list[dict]) -> dict[str, float]:
-    wins: dict[str, list[float]] = defaultdict(list)
-    for r in rows:
-        if r["parent_id"] is None:
-            wins[r["task_id"]].append(r["success"])
-    return {task: sum(v) / len(v) for task, v in wins.items()}
-
-
-def paired_bootstrap(diffs: list[float], draws: int = 4000, seed: int = 0) -> tuple[float, float]:
-    rng = random.Random(seed)
-    means = sorted(sum(rng.choice(diffs) for _ in diffs) / len(diffs) for _ in range(draws))
-    return means[int(0.025 * draws)], means[int(0.975 * draws) - 1]
 
 
 def main() -> None:
@@ -47,7 +32,7 @@ def main() -> None:
     cfg = load_config(Path(args.runs_dir) / args.run / "config.yaml", [f"runs_dir={args.runs_dir}"])
     results = {}
     for v in args.versions:
-        model = None if v == 0 else cfg.run_dir / "checkpoints" / f"round-{v}"
+        model = None if v == 0 else checkpoint_dir(cfg, v)
         if model is not None and not model.is_dir():
             raise SystemExit(f"--versions: {model} does not exist")
         dest = cfg.run_dir / "eval-sampled" / f"T={args.temperature},k={args.samples}" / f"v={v}"

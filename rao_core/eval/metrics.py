@@ -4,6 +4,7 @@ check by hand (tests/eval compares them with hand-computed cases)."""
 from __future__ import annotations
 
 import math
+import random
 from collections import defaultdict
 from typing import Any
 
@@ -70,3 +71,19 @@ def _summary(trees: list[dict]) -> dict[str, float]:
         "seconds_per_tree": mean("seconds"),
         "root_delegation_rate": mean("delegated"),
     }
+
+
+def per_task_success(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean root success per task (over its samples): the unit of a paired comparison."""
+    wins: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        if r["parent_id"] is None:
+            wins[r["task_id"]].append(r["success"])
+    return {task: sum(v) / len(v) for task, v in wins.items()}
+
+
+def paired_bootstrap(diffs: list[float], draws: int = 4000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile bootstrap interval of the mean of per-task differences (tasks resampled)."""
+    rng = random.Random(seed)
+    means = sorted(sum(rng.choice(diffs) for _ in diffs) / len(diffs) for _ in range(draws))
+    return means[int(0.025 * draws)], means[int(0.975 * draws) - 1]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import shutil
 import string
@@ -48,7 +47,7 @@ from rao_core.envs.textcraft.small_expert import SmallExpert
 from rao_core.eval.metrics import wilson_interval
 from rao_core.models.tiny import build_tiny_model, save_checkpoint
 from rao_core.models.tokenizer import tiny_tokenizer
-from rao_core.store.files import write_json
+from rao_core.store.files import write_json, write_text
 
 MODES = {"recursive": "recursive", "flat": "single"}  # report name -> AgentConfig.mode
 
@@ -70,7 +69,7 @@ class WarmStartConfig:
     flat_tiers: list = opt([1, 2, 2, 2, 3], "target tiers of flat trees, sampled uniformly")
     error_rate: float = opt(0.04, "expert slips per turn (each followed by its repair; slips get no loss)")
     give_up_rate: float = opt(
-        0.0, "share of expert sub-agents that fail at once, so parents show recovery (re-launch)"
+        0.0, "share of expert sub-agents that fail (quit at once or loop), so parents show recovery"
     )
     max_minutes: float = opt(10.0, "wall-clock budget of training, drill included")
     max_steps: int = opt(-1, "optimizer steps (-1: until max_minutes or epochs run out)")
@@ -371,9 +370,7 @@ def warm_start(cfg: WarmStartConfig, out_dir: str | Path, progress: bool = False
         rows = [json.loads(line) for line in data_path.read_text().splitlines()]
     else:
         rows = expert_examples(cfg, ChatFraming(tok))
-        tmp = data_path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        os.replace(tmp, data_path)
+        write_text(data_path, "".join(json.dumps(r) + "\n" for r in rows))
     data = {"examples": len(rows), "data_seconds": round(time.time() - t0, 1),
             "by_mode": {m: sum(r["mode"] == m for r in rows) for m in MODES},
             "tokens": sum(len(r["input_ids"]) for r in rows),

@@ -3,7 +3,7 @@
 import pytest
 
 from rao_core.eval.evaluate import evaluate_round
-from rao_core.eval.metrics import tree_metrics, wilson_interval
+from rao_core.eval.metrics import paired_bootstrap, per_task_success, tree_metrics, wilson_interval
 from rao_core.store.parquet import read_partition
 
 
@@ -61,3 +61,19 @@ def test_sampled_evaluation_rolls_out_k_trees_per_task(toy):
     assert m["easy"]["trees"] == 6 and len({r["task_id"] for r in roots}) == 2
     assert sorted(r["sample"] for r in roots) == [0, 0, 1, 1, 2, 2]
     assert m["easy"]["success"] == pytest.approx(sum(r["success"] for r in roots) / 6)
+
+
+def test_per_task_success_and_paired_bootstrap():
+    rows = [  # task t1: two samples (root success 1, then 0 with a successful child); t2: one
+        {**node("a0", "0", None, 0, 1.0), "task_id": "t1"},
+        {**node("a1", "0", None, 0, 0.0), "task_id": "t1"},
+        {**node("a1", "0.1", "a1:0", 1, 1.0), "task_id": "t1"},
+        {**node("b0", "0", None, 0, 1.0), "task_id": "t2"},
+    ]
+    assert per_task_success(rows) == {"t1": 0.5, "t2": 1.0}  # roots only, mean over samples
+    assert paired_bootstrap([0.25] * 10) == (0.25, 0.25)  # no spread, no interval
+    diffs = [1.0, 0.0, 0.5, -0.5, 0.25, 0.75, 0.0, 1.0]
+    lo, hi = paired_bootstrap(diffs)
+    mean = sum(diffs) / len(diffs)
+    assert -0.5 <= lo < mean < hi <= 1.0
+    assert paired_bootstrap(diffs) == (lo, hi)  # seeded
