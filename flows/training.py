@@ -13,7 +13,7 @@ from pathlib import Path
 from prefect import flow, unmapped
 from prefect.task_runners import TaskRunner
 
-from rao_core import campaign
+from rao_core import campaign, tracking
 from rao_core.config import RunConfig, load_config
 from rao_core.rollout import rollout_dir
 from rao_core.store.parquet import is_complete
@@ -77,12 +77,14 @@ def train_flow(config: str | None = None, overrides: list[str] | None = None) ->
     arms = campaign.arms(cfg)
     for arm in arms:
         stages.synthesize(arm)
-        stages.warm_start(arm)
-        stages.log_baseline(arm, stages.evaluate(arm, 0))
-    for r in range(cfg.campaign.rounds):
-        for arm in arms:  # interleaved, so both learning curves grow side by side
-            run_round(arm, r)
-        stages.campaign_report(cfg)
+    with tracking.campaign_status(arms):  # MLflow: RUNNING, then FINISHED / FAILED / KILLED
+        for arm in arms:
+            stages.warm_start(arm)
+            stages.log_baseline(arm, stages.evaluate(arm, 0))
+        for r in range(cfg.campaign.rounds):
+            for arm in arms:  # interleaved, so both learning curves grow side by side
+                run_round(arm, r)
+            stages.campaign_report(cfg)
     return campaign.campaign_summary(cfg)
 
 
@@ -94,9 +96,11 @@ def round_flow(config: str | None = None, overrides: list[str] | None = None) ->
     metrics = []
     for arm in arms:
         stages.synthesize(arm)
-        stages.warm_start(arm)
-        metrics.append(run_round(arm, campaign.completed_rounds(arm)))
-    stages.campaign_report(cfg)
+    with tracking.campaign_status(arms):
+        for arm in arms:
+            stages.warm_start(arm)
+            metrics.append(run_round(arm, campaign.completed_rounds(arm)))
+        stages.campaign_report(cfg)
     return metrics[0]
 
 

@@ -16,14 +16,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rao_core import tracking
-from rao_core.config import ConfigError, RunConfig, save_config
+from rao_core.config import RunConfig
+from rao_core.models.paths import initial_model as _initial_model
+from rao_core.models.paths import warmstart_dir
 from rao_core.store.files import write_json, write_text
 from rao_core.store.parquet import is_complete
-
-SHIPPED = Path(__file__).resolve().parent / "models" / "checkpoints"
 
 
 def round_config(cfg: RunConfig, round_: int) -> RunConfig:
@@ -38,7 +36,7 @@ def control_config(cfg: RunConfig) -> RunConfig:
     of the standard agent-RL recipe). A warm start trained by the main arm is shared, not redone."""
     policy = cfg.policy
     if policy.model == "warmstart":
-        policy = dataclasses.replace(policy, model=str(cfg.run_dir / "checkpoints" / "warmstart"))
+        policy = dataclasses.replace(policy, model=str(initial_model(cfg)))
     return dataclasses.replace(
         cfg,
         run_name=f"{cfg.run_name}-single",
@@ -60,18 +58,7 @@ def checkpoint_dir(cfg: RunConfig, version: int) -> Path:
 
 def initial_model(cfg: RunConfig) -> Path:
     """Policy version 0: a shipped checkpoint by name, a local folder, or the run's own warm start."""
-    name = cfg.policy.model
-    if (SHIPPED / name).is_dir():
-        return SHIPPED / name
-    if Path(name).is_dir():
-        return Path(name)
-    if name == "warmstart":
-        return cfg.run_dir / "checkpoints" / "warmstart"
-    if name == "tiny":
-        from rao_core.models.tiny import resolve_model
-
-        return resolve_model("tiny")
-    raise FileNotFoundError(f"policy.model: {name!r} is neither a shipped checkpoint nor a local folder")
+    return _initial_model(cfg.policy.model, cfg.run_dir)
 
 
 def model_path(cfg: RunConfig, version: int) -> Path:
@@ -84,16 +71,13 @@ def checkpoint_complete(path: Path) -> bool:
 
 # -- stages ------------------------------------------------------------------------------------
 def stage_warm_start(cfg: RunConfig, progress: bool = False) -> Path:
-    """Version 0 exists after this: shipped, given, or trained here once."""
+    """Version 0 exists after this: shipped, given, or trained here once with `warmstart.*`
+    (the stage's folder is <run>/checkpoints/warmstart/, its checkpoint the `model` folder in it)."""
     path = initial_model(cfg)
-    if (
-        path.name == "warmstart"
-        and path.parent == cfg.run_dir / "checkpoints"
-        and not checkpoint_complete(path)
-    ):
-        from rao_core.train.warmstart import WarmStartConfig, warm_start
+    if cfg.policy.model == "warmstart" and not checkpoint_complete(path):
+        from rao_core.train.warmstart import warm_start
 
-        warm_start(WarmStartConfig(), path, progress=progress)
+        warm_start(cfg.warmstart, warmstart_dir(cfg.run_dir), progress=progress)
     return path
 
 
@@ -230,6 +214,50 @@ def round_report(cfg: RunConfig, round_: int) -> dict[str, Any]:
     }
 
 
+# -- one line per stage, for the flow run's log ------------------------------------------------
+def rollout_line(cfg: RunConfig, round_: int) -> str:
+    from rao_core.rollout import load_round, rollout_dir, summarize
+
+    s = summarize(load_round(cfg, round_))
+    seconds = json.loads((rollout_dir(cfg, round_) / "_COMPLETE").read_text()).get("seconds", 0.0)
+    return (
+        f"{cfg.run_name} round {round_} rollout: {s['trees']} trees, {s['nodes']} nodes, root success "
+        f"{s['root_success']:.3f}, max depth {s['max_depth']}, infrastructure failures "
+        f"{s['infra_failed_trees']} trees ({s['infra_failed_nodes']} nodes), {seconds:.1f} s"
+    )
+
+
+def score_line(cfg: RunConfig, round_: int) -> str:
+    from rao_core.scoring import scores_summary
+
+    s = scores_summary(cfg.run_dir, round_)
+    drops = ", ".join(f"{k} {v}" for k, v in sorted(s["dropped_trees"].items())) or "none"
+    return (
+        f"{cfg.run_name} round {round_} score: {s['trained_nodes']} of {s['nodes']} nodes trained, "
+        f"{s['trees']} trees; dropped trees by reason: {drops}"
+    )
+
+
+def train_line(cfg: RunConfig, round_: int) -> str:
+    m = json.loads((checkpoint_dir(cfg, round_ + 1) / "metrics.json").read_text())
+    if "skipped" in m:
+        return (
+            f"{cfg.run_name} round {round_} train: skipped ({m['skipped']}), version {round_ + 1} = {round_}"
+        )
+    return (
+        f"{cfg.run_name} round {round_} train: loss {m['loss']:.4f}, {m['tokens']} tokens "
+        f"({m['action_tokens']} action), {m['steps']} steps, mean ratio {m['mean_ratio']:.4f}, "
+        f"{m['seconds']:.1f} s"
+    )
+
+
+def eval_line(cfg: RunConfig, version: int, summary: dict[str, Any]) -> str:
+    cells = ", ".join(
+        f"{d} {m['success']:.3f}" for d, m in summary.items() if isinstance(m, dict) and "success" in m
+    )
+    return f"{cfg.run_name} v{version} held-out success: {cells}"
+
+
 # -- where a run stands ------------------------------------------------------------------------
 def completed_rounds(cfg: RunConfig) -> int:
     """Rounds whose evaluation of the new policy is complete (the next round to run)."""
@@ -257,23 +285,18 @@ def status(cfg: RunConfig, rounds: int | None = None) -> list[dict[str, Any]]:
     return rows
 
 
-def check_run_folder(cfg: RunConfig) -> None:
-    """A run folder belongs to one task suite: continuing it with another would mix the suites'
-    rollouts and checkpoints (e.g. an old `runs/default` of another suite). Other fields may change
-    between rounds (rounds, learning rate, ...)."""
-    path = cfg.run_dir / "config.yaml"
-    saved = yaml.safe_load(path.read_text()) if path.is_file() else None
-    if isinstance(saved, dict) and saved.get("suite", cfg.suite) != cfg.suite:
-        raise ConfigError(
-            f"run_name: {cfg.run_dir} holds a {saved['suite']} run, this configuration is {cfg.suite}; "
-            "choose another run_name (or remove the folder)"
-        )
+def prepare(cfg: RunConfig) -> dict[str, Any]:
+    """Before a stage runs: refuse a configuration that would alter completed stages of this run
+    folder, then save it (and record any allowed change with the first round it applies to)."""
+    from rao_core import resume
 
-
-def prepare(cfg: RunConfig) -> None:
-    check_run_folder(cfg)
-    cfg.run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, cfg.run_dir / "config.yaml")
+    diff = resume.check_resume(cfg)
+    first = completed_rounds(cfg)
+    resume.record(cfg, diff, first)
+    if diff:  # also on the campaign's MLflow run, next to the metrics it explains
+        changes = json.dumps({k: list(v) for k, v in diff.items()}, default=str)
+        tracking.set_tag(cfg, tracking.campaign_run_id(cfg), f"config_change.round_{first}", changes)
+    return diff
 
 
 def campaign_summary(cfg: RunConfig) -> dict[str, Any]:

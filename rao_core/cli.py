@@ -14,10 +14,18 @@ import os
 import sys
 from pathlib import Path
 
+import yaml
+
 from rao_core.config import ConfigError, load_config, to_dict
 
 
-def _config_args(p: argparse.ArgumentParser) -> None:
+def _config_args(p: argparse.ArgumentParser, check: bool = False) -> None:
+    if check:
+        p.add_argument(
+            "--check",
+            action="store_true",
+            help="validate the configuration (values, files, the run folder), print it resolved, and exit",
+        )
     p.add_argument("--config", help="YAML file with any subset of the configuration")
     p.add_argument(
         "--set",
@@ -54,8 +62,16 @@ def _print_summary(summary: dict, path: str) -> None:
     Console().print(table)
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def _prefect_env() -> None:
-    """Project-local Prefect home, no analytics, and time for the ephemeral server to start."""
+    """Project-local Prefect home, no analytics, and time for the ephemeral server to start. SIGTERM
+    becomes an interrupt, so a stopped campaign is marked KILLED in MLflow, not left RUNNING."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _interrupt)
     os.environ.setdefault("PREFECT_HOME", str(Path.cwd() / ".prefect"))
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
@@ -78,22 +94,67 @@ def _print_campaign(cfg) -> None:
     Console().print(table)
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    _prefect_env()
-    cfg = load_config(args.config, args.overrides)  # fail on bad input before Prefect starts
-    from rao_core.campaign import check_run_folder
+def _checked(args: argparse.Namespace):
+    """Every check that needs no work: values, files, and what the run folder already holds (read
+    only). With --check, print the resolved configuration and stop: nothing runs, nothing is written."""
+    from rao_core import resume
 
-    check_run_folder(cfg)
+    cfg = load_config(args.config, args.overrides)
+    if getattr(args, "branch", None):
+        branched = load_config(args.config, [*args.overrides, f"run_name={args.branch}"])
+        if branched.run_dir.exists():
+            raise ConfigError(f"--branch: {branched.run_dir} exists already; choose another name")
+    else:
+        resume.check_resume(cfg)
+    if args.check:
+        print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
+        print(f"# configuration valid ({cfg.run_dir}); --check: nothing was run", file=sys.stderr)
+    return cfg
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    cfg = _checked(args)  # fail on bad input before Prefect starts
+    if args.check:
+        return 0
+    overrides = list(args.overrides)
+    if args.branch:
+        from rao_core import campaign, resume
+
+        overrides.append(f"run_name={args.branch}")
+        branched = load_config(args.config, overrides)
+        start = campaign.completed_rounds(cfg) if args.from_round is None else args.from_round
+        resume.branch(cfg, branched, start)
+        print(f"branch {branched.run_dir}: rounds < {start} shared with {cfg.run_dir}", file=sys.stderr)
+        cfg = branched
+    _prefect_env()
     from flows.training import train_flow
 
-    train_flow(config=args.config, overrides=args.overrides)
+    train_flow(config=args.config, overrides=overrides)
     _print_campaign(cfg)
     return 0
 
 
-def cmd_round(args: argparse.Namespace) -> int:
-    _prefect_env()
+def cmd_warmstart(args: argparse.Namespace) -> int:
+    import shlex
+
+    from rao_core.train.warmstart_job import run_warmstart
+
     cfg = load_config(args.config, args.overrides)
+    if args.check:
+        print(yaml.safe_dump({"warmstart": to_dict(cfg)["warmstart"]}, sort_keys=False), end="")
+        return 0
+    command = shlex.join(["rao", *sys.argv[1:]]) if sys.argv[1:2] == ["warmstart"] else shlex.join(sys.argv)
+    run_warmstart(
+        cfg.warmstart, Path(args.out), command, Path(args.ship) if args.ship else None, args.eval_only
+    )
+    return 0
+
+
+def cmd_round(args: argparse.Namespace) -> int:
+    cfg = _checked(args)
+    if args.check:
+        return 0
+    _prefect_env()
     from flows.training import round_flow
 
     round_flow(config=args.config, overrides=args.overrides)
@@ -102,8 +163,10 @@ def cmd_round(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    cfg = _checked(args)
+    if args.check:
+        return 0
     _prefect_env()
-    cfg = load_config(args.config, args.overrides)
     from flows.training import evaluate_flow
 
     result = evaluate_flow(
@@ -148,9 +211,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
+    from rao_core.campaign import prepare
     from rao_core.rollout import load_round, rollout_round, summarize
 
-    cfg = load_config(args.config, args.overrides)
+    cfg = _checked(args)
+    if args.check:
+        return 0
+    prepare(cfg)
     path = rollout_round(cfg, progress=not args.no_progress)
     _print_summary(summarize(load_round(cfg, cfg.rollout.round)), str(path))
     return 0
@@ -177,8 +244,6 @@ def cmd_synth(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
-    import yaml
-
     print(yaml.safe_dump(to_dict(load_config(args.config, args.overrides)), sort_keys=False), end="")
     return 0
 
@@ -202,15 +267,30 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="the main job: warm start, then RL rounds (Prefect flow, MLflow)")
-    _config_args(p)
+    _config_args(p, check=True)
+    p.add_argument(
+        "--branch",
+        metavar="NEW_NAME",
+        help="continue this run as a new run NEW_NAME with the changed settings (shares its earlier rounds)",
+    )
+    p.add_argument(
+        "--from-round", type=int, default=None, help="--branch: rounds shared (default: all completed ones)"
+    )
     p.set_defaults(func=cmd_train)
 
+    p = sub.add_parser("warmstart", help="train the warm start (warmstart.* settings) into a folder")
+    _config_args(p, check=True)
+    p.add_argument("--out", required=True, help="work folder (expert data, model/, metrics.json, logs)")
+    p.add_argument("--ship", help="then copy the checkpoint, metrics, log and command into this folder")
+    p.add_argument("--eval-only", action="store_true", help="only evaluate <out>/model into its metrics.json")
+    p.set_defaults(func=cmd_warmstart)
+
     p = sub.add_parser("round", help="one more round on the latest checkpoint")
-    _config_args(p)
+    _config_args(p, check=True)
     p.set_defaults(func=cmd_round)
 
     p = sub.add_parser("eval", help="evaluate a policy version on held-out tasks")
-    _config_args(p)
+    _config_args(p, check=True)
     p.add_argument("--version", type=int, default=-1, help="policy version (default: the latest)")
     p.add_argument(
         "--compare",
@@ -229,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("rollout", help="roll out G trees for each of N root tasks to Parquet")
-    _config_args(p)
+    _config_args(p, check=True)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_rollout)
 

@@ -3,8 +3,9 @@
 A judge reads a node's goal, its answer and, when the suite has one, a reference answer, and
 returns a verdict: a strict JSON object {"success": true|false, "score": 0..1, "reason": "..."}.
 s(X) is the score when success is true, else 0. Anything else the judge writes (free text, a
-score out of range, an error of the engine) becomes success 0 with the raw text or the error kept
-in the verdict JSON: a judge can lower a node's reward, never crash it.
+score out of range) becomes success 0 with the raw text kept in the verdict JSON. A judge whose
+engine fails is retried (`judge.retries`, with backoff) and then raises JudgeError: the machine
+failed, not the node, so its tree is left out of training (rao_core/errors.py).
 
 Two kinds: `ModelJudge` (any engine behind the Policy interface: transformers, vLLM, an
 OpenAI-compatible server) and `ScriptedJudge` (a deterministic rule, for tests and scripted runs).
@@ -27,9 +28,12 @@ import uuid
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+from tenacity import AsyncRetrying, stop_after_attempt, wait_exponential
+
 from rao_core.agent.policy import GenerationRequest, Policy
 from rao_core.agent.prompts import ChatFraming, truncate
 from rao_core.config import ConfigError, JudgeConfig, PolicyConfig
+from rao_core.errors import JudgeError
 
 # Bump when the rubric or the parsing rules change: old cached verdicts then stop matching.
 RUBRIC_VERSION = "rubric-v1"
@@ -104,7 +108,7 @@ def make_verdict(raw: str, judge: str) -> Verdict:
 
 
 def error_verdict(error: BaseException, judge: str = "") -> Verdict:
-    """A failure verdict for a judge that raised (engine down, bad inputs): success 0, not cached."""
+    """What a node's row keeps of a judge that failed (its tree is dropped): success 0, not cached."""
     v = {
         "success": False,
         "score": 0.0,
@@ -178,9 +182,10 @@ class JudgeCache:
 class Judge(ABC):
     """judge(goal, answer, reference) -> Verdict; subclasses write only `reply` (the raw text)."""
 
-    def __init__(self, name: str, cache: JudgeCache | None = None) -> None:
+    def __init__(self, name: str, cache: JudgeCache | None = None, attempts: int = 3) -> None:
         self.name = name  # the judge model's identity: part of the cache key and of every verdict
         self.cache = cache
+        self.attempts = attempts
 
     @abstractmethod
     async def reply(self, goal: str, answer: str, reference: str | None) -> str:
@@ -190,10 +195,18 @@ class Judge(ABC):
         key = cache_key(self.name, goal, answer, reference)
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             return dataclasses.replace(hit, cached=True)
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.attempts),
+            wait=wait_exponential(multiplier=0.5, max=8.0),
+            reraise=True,
+        )
         try:
-            verdict = make_verdict(await self.reply(goal, answer, reference), self.name)
-        except Exception as e:  # errors are not cached: the next call may succeed
-            return error_verdict(e, self.name)
+            async for attempt in retrying:
+                with attempt:
+                    raw = await self.reply(goal, answer, reference)
+        except Exception as e:  # not cached: the next call may succeed
+            raise JudgeError(f"{self.name}: {type(e).__name__}: {e}") from e
+        verdict = make_verdict(raw, self.name)
         if self.cache is not None:
             await self.cache.put(key, verdict)
         return verdict
@@ -213,7 +226,7 @@ class ScriptedJudge(Judge):
     better to check; suites that can compute a reference should pass it)."""
 
     def __init__(self, cache: JudgeCache | None = None) -> None:
-        super().__init__("scripted", cache)
+        super().__init__("scripted", cache, attempts=1)
 
     async def reply(self, goal: str, answer: str, reference: str | None) -> str:
         if reference is None:
@@ -245,8 +258,9 @@ class ModelJudge(Judge):
         max_new_tokens: int = 256,
         temperature: float = 0.0,
         cache: JudgeCache | None = None,
+        attempts: int = 3,
     ) -> None:
-        super().__init__(name, cache)
+        super().__init__(name, cache, attempts)
         self.engine, self.chat = engine, ChatFraming(tokenizer)
         self.max_new_tokens, self.temperature = max_new_tokens, temperature
 
@@ -289,4 +303,4 @@ def build_judge(cfg: JudgeConfig, run_dir: str | Path | None) -> Judge | None:
         tokenizer, name = load_tokenizer(path), cfg.model
         policy = PolicyConfig(kind=cfg.kind, model=path, gpu_memory_utilization=cfg.gpu_memory_utilization)
         engine = build_engine(policy, tokenizer)
-    return ModelJudge(engine, tokenizer, name, cfg.max_new_tokens, cfg.temperature, cache)
+    return ModelJudge(engine, tokenizer, name, cfg.max_new_tokens, cfg.temperature, cache, cfg.retries)

@@ -25,10 +25,11 @@ from rao_core.agent.policy import Policy
 from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.sandbox import shutdown_sandboxes
 from rao_core.agent.tree import TreeRun, TreeSpec
-from rao_core.config import RunConfig, save_config
+from rao_core.config import RunConfig
 from rao_core.envs.suites import open_suite
 from rao_core.envs.textcraft.tasks import select_tasks
 from rao_core.judges import Judge, build_judge
+from rao_core.models.paths import initial_model
 from rao_core.models.tokenizer import load_tokenizer
 from rao_core.store.parquet import (
     clean_temporaries,
@@ -66,12 +67,17 @@ def make_policy(cfg: RunConfig, suite, model_path: Path | None = None) -> tuple[
     returned with the tokenizer that frames the conversation (the checkpoint's own for models)."""
     if cfg.policy.kind == "scripted":
         return suite.expert(cfg), load_tokenizer(cfg.policy.tokenizer)
-    from rao_core.campaign import initial_model
     from rao_core.engines import build_engine
 
-    path = model_path or initial_model(cfg)  # shipped name, local folder, or 'tiny'
+    path = model_path or initial_model(cfg.policy.model, cfg.run_dir)  # shipped name, local folder, 'tiny'
     tokenizer = load_tokenizer(str(path))
     return build_engine(dataclasses.replace(cfg.policy, model=str(path)), tokenizer), tokenizer
+
+
+def sampling_seed(cfg: RunConfig) -> int:
+    """The trees' seed: every sampling request and scripted choice derives from it, the tree and
+    the node (rao_core.agent.node.request_seed), so a round reruns token for token."""
+    return cfg.rollout.seed * 1_000_003 + cfg.rollout.round
 
 
 async def run_trees(
@@ -89,7 +95,7 @@ async def run_trees(
 
     async def one(spec: TreeSpec) -> TreeRun:
         async with gate:
-            run = TreeRun(spec, policy, chat, cfg.agent, cfg.sandbox, temperature, judge)
+            run = TreeRun(spec, policy, chat, cfg.agent, cfg.sandbox, temperature, judge, cfg.policy.retries)
             await run.run()
         if on_tree_done:
             on_tree_done(run)
@@ -124,6 +130,7 @@ def tree_rows(run: TreeRun, cfg: RunConfig, split: str) -> list[dict]:
                 "finish_message": r.finish_message,
                 "success": r.success,
                 "success_source": r.success_source,
+                "temperature": r.temperature,
                 "judge_verdict": r.judge_verdict,
                 "tree_status": run.status,
                 "turns": r.turns,
@@ -199,8 +206,6 @@ def run_rollout(
     if is_complete(dest):
         return dest
     clean_temporaries(dest.parent, dest.name)  # only its own: sibling shards may be writing
-    cfg.run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, cfg.run_dir / "config.yaml")
     suite = open_suite(cfg)
     difficulties = [d.strip() for d in difficulty.split(",")]
     seed = cfg.tasks.seed + cfg.rollout.round if task_seed is None else task_seed
@@ -210,8 +215,9 @@ def run_rollout(
     if not tasks:
         raise ValueError(f"rollout.difficulty: no {split} tasks of difficulty {difficulty!r} in this world")
     tasks = shard_tasks(tasks, shard[1])[shard[0]]
+    seed = sampling_seed(cfg)
     specs = [
-        TreeSpec(t.task_id, g, suite.env(t), t.difficulty, seed=cfg.rollout.round)
+        TreeSpec(t.task_id, g, suite.env(t), t.difficulty, seed=seed)
         for t in tasks
         for g in range(group_size)
     ]
@@ -251,16 +257,29 @@ def run_rollout(
 def summarize(table: pa.Table) -> dict:
     """Headline figures of one rollout partition, for the CLI and for tracking."""
     rows = table.select(
-        ["tree_id", "depth", "status", "success", "turns", "children", "started_at", "ended_at"]
+        [
+            "tree_id",
+            "depth",
+            "status",
+            "tree_status",
+            "success",
+            "turns",
+            "children",
+            "started_at",
+            "ended_at",
+        ]
     ).to_pylist()
     roots = [r for r in rows if r["depth"] == 0]
     by_depth: dict[int, list[float]] = {}
     for r in rows:
         by_depth.setdefault(r["depth"], []).append(r["success"])
     span = max(r["ended_at"] for r in rows) - min(r["started_at"] for r in rows) if rows else 0.0
+    infra = [r for r in rows if r["status"] == "infra_error"]
     return {
         "trees": len(roots),
         "nodes": len(rows),
+        "infra_failed_nodes": len(infra),
+        "infra_failed_trees": len({r["tree_id"] for r in rows if r["tree_status"] == "infra_error"}),
         "root_success": sum(r["success"] for r in roots) / max(1, len(roots)),
         "nodes_per_tree": len(rows) / max(1, len(roots)),
         "max_depth": max((r["depth"] for r in rows), default=0),

@@ -17,27 +17,8 @@ import pyarrow.parquet as pq
 
 from rao_core.config import ScoringConfig
 from rao_core.store.parquet import is_complete, partition_files, read_partition, write_partition
+from rao_core.store.schema import SCORES_SCHEMA
 from rao_core.store.sqlfiles import run_sql
-
-SCORE_FIELDS: list[tuple[str, pa.DataType, str]] = [
-    ("run", pa.string(), "run name"),
-    ("round", pa.int32(), "round the node was rolled out in"),
-    ("task_id", pa.string(), "root task: the group of the leave-one-out baseline"),
-    ("tree_id", pa.string(), "rollout tree"),
-    ("node_id", pa.string(), "key, same as nodes.node_id"),
-    ("parent_id", pa.string(), "parent node, null for the root"),
-    ("depth", pa.int32(), "0 for the root"),
-    ("success", pa.float64(), "s(X) used by Eq. 1 (a null success counts as 0)"),
-    ("reward", pa.float64(), "R(X) = s(X) + lam * mean of the children's s (Eq. 1)"),
-    ("baseline", pa.float64(), "leave-one-out mean of the other valid trees' root rewards; null if dropped"),
-    ("advantage", pa.float64(), "R(X) - baseline (Eq. 3); 0 when the baseline is null"),
-    ("depth_weight", pa.float64(), "w_d of Eq. 4; null when no trained node has this depth"),
-    ("weighted_advantage", pa.float64(), "depth_weight * advantage for trained nodes, else 0"),
-    ("trained", pa.bool_(), "whether the trainer uses this node"),
-    ("drop_reason", pa.string(), "timeout, unfinished_root, single_tree_group, zero_advantage_group"),
-]
-
-SCORES_SCHEMA = pa.schema([pa.field(n, t, metadata={"doc": d}) for n, t, d in SCORE_FIELDS])
 
 # Run in this order in one connection: each file builds a temp table the next one reads; checks.sql
 # runs after `trees` (it reads node_rewards and trees) and before anything is derived from them.

@@ -7,10 +7,12 @@ thread or process, and a resumed campaign continues the same runs: their ids are
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -130,3 +132,29 @@ def log_artifacts(
 def finish_run(cfg: RunConfig, run_id: str | None, status: str = "FINISHED") -> None:
     if run_id is not None:
         _client(cfg).set_terminated(run_id, status=status)
+
+
+def set_tag(cfg: RunConfig, run_id: str | None, key: str, value: str) -> None:
+    if run_id is not None:
+        _client(cfg).set_tag(run_id, key, value[:5000])
+
+
+@contextlib.contextmanager
+def campaign_status(cfgs: list[RunConfig]) -> Iterator[None]:
+    """Keep the campaign runs' MLflow status true to what the campaign does: RUNNING while it works
+    (a finished run is reopened when rounds are added), then FINISHED, FAILED on an exception, or
+    KILLED on an interrupt (Ctrl-C, or SIGTERM, which `rao train` turns into one)."""
+    ids = [(cfg, campaign_run_id(cfg)) for cfg in cfgs]
+    for cfg, run_id in ids:
+        if run_id is not None:
+            _client(cfg).update_run(run_id, status="RUNNING")
+    status = "FAILED"
+    try:
+        yield
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        for cfg, run_id in ids:
+            finish_run(cfg, run_id, status)

@@ -3,6 +3,8 @@
 -- A group is a root task (task_id) within the round. Which trees are valid, and what happens to
 -- groups the equation cannot serve, are settings (docs/scoring.md):
 --   * tree_status = 'timeout'                -> always dropped from its group ('timeout')
+--   * tree_status = 'infra_error'            -> always dropped: a component failed, not the policy
+--                                               ('infra_error', rao_core/errors.py)
 --   * root status != 'finished'              -> $unfinished_roots: 'keep' | 'drop' ('unfinished_root')
 --   * one valid tree in the group            -> $single_tree_groups: 'skip' ('single_tree_group')
 --                                               | 'zero_baseline' (b = 0, A = R)
@@ -14,6 +16,7 @@ CREATE OR REPLACE TEMP TABLE tree_baselines AS
 WITH validity AS (
     SELECT tree_key, task_key, root_reward, reward_lo, reward_hi,
            CASE WHEN timed_out THEN 'timeout'
+                WHEN infra_failed THEN 'infra_error'
                 WHEN $unfinished_roots = 'drop' AND root_unfinished THEN 'unfinished_root'
            END AS invalid_reason
     FROM trees

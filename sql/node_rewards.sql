@@ -24,6 +24,7 @@ WITH n AS MATERIALIZED (
            hash(task_id) AS task_key,
            depth,
            coalesce(tree_status = 'timeout', false) AS timed_out,
+           coalesce(tree_status = 'infra_error', false) AS infra_failed,
            status IS DISTINCT FROM 'finished' AS unfinished,
            coalesce(success, 0)::DOUBLE AS success
     FROM read_parquet($nodes_path, file_row_number = true)

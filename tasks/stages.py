@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
@@ -18,7 +18,12 @@ STAGE = {"cache_policy": NO_CACHE, "retries": 1, "retry_delay_seconds": 2}
 def synthesize(cfg: RunConfig) -> str:
     from rao_core.envs.suites import open_suite
 
-    campaign.prepare(cfg)
+    diff = campaign.prepare(cfg)
+    if diff:
+        changed = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in diff.items())
+        get_run_logger().info(
+            f"{cfg.run_name}: settings changed from round {campaign.completed_rounds(cfg)}: {changed}"
+        )
     return str(open_suite(cfg).dir)
 
 
@@ -29,7 +34,9 @@ def warm_start(cfg: RunConfig) -> str:
 
 @task(name="rollout", **STAGE)
 def rollout(cfg: RunConfig, round_: int) -> str:
-    return str(campaign.stage_rollout(cfg, round_))
+    path = campaign.stage_rollout(cfg, round_)
+    get_run_logger().info(campaign.rollout_line(cfg, round_))
+    return str(path)
 
 
 @task(name="rollout-shard", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
@@ -46,18 +53,23 @@ def rollout_shard(cfg: RunConfig, round_: int, shard: int) -> str:
 
 @task(name="score", **STAGE)
 def score(cfg: RunConfig, round_: int) -> str:
-    return str(campaign.stage_score(cfg, round_))
+    path = campaign.stage_score(cfg, round_)
+    get_run_logger().info(campaign.score_line(cfg, round_))
+    return str(path)
 
 
 @task(name="train", log_prints=False, **STAGE)  # dill (datasets) prints `dis` output
 def train(cfg: RunConfig, round_: int) -> str:
     campaign.stage_train(cfg, round_)
+    get_run_logger().info(campaign.train_line(cfg, round_))
     return str(campaign.checkpoint_dir(cfg, round_ + 1))
 
 
 @task(name="evaluate", **STAGE)
 def evaluate(cfg: RunConfig, version: int) -> dict:
-    return campaign.stage_evaluate(cfg, version)
+    summary = campaign.stage_evaluate(cfg, version)
+    get_run_logger().info(campaign.eval_line(cfg, version, summary))
+    return summary
 
 
 @task(name="report", cache_policy=NO_CACHE)

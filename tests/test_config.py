@@ -53,4 +53,4 @@ def test_shipped_configs_load():
     configs = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
     assert configs
     for path in configs:
-        load_config(path)
+        load_config(path, check_files=False)  # their checkpoints live on GPU machines

@@ -142,7 +142,7 @@ def test_bad_config_fails_before_any_work(tmp_path, capsys):
     from rao_core.cli import main
 
     assert main(["train", "--set", f"runs_dir={tmp_path}", "--set", "campaign.rounds=-1"]) == 2
-    assert capsys.readouterr().err.strip() == "config error: campaign.rounds: must be >= 0"
+    assert capsys.readouterr().err.strip() == "config error: campaign.rounds: -1: input should be greater than or equal to 0"
     assert list(tmp_path.iterdir()) == []
 
 

@@ -37,6 +37,7 @@ class GenerationRequest:
     stop: tuple[str, ...]
     node: NodeState
     temperature: float = 1.0  # 0 means greedy
+    seed: int | None = None  # the request's own sampling seed (None: the engine's shared generator)
 
 
 @dataclass

@@ -20,6 +20,7 @@ from rao_core.agent.policy import Policy
 from rao_core.agent.prompts import ChatFraming
 from rao_core.config import AgentConfig, SandboxConfig
 from rao_core.envs.base import Environment
+from rao_core.errors import InfrastructureError
 from rao_core.judges import Judge, error_verdict
 
 
@@ -48,8 +49,11 @@ class TreeRun:
         sandbox_cfg: SandboxConfig,
         temperature: float = 1.0,
         judge: Judge | None = None,
+        engine_attempts: int = 3,
     ) -> None:
+        """`engine_attempts`: tries per generation request before the node ends as infra_error."""
         self.spec, self.policy, self.chat = spec, policy, chat
+        self.engine_attempts = engine_attempts
         self.judge = judge
         self.judging: list[asyncio.Task] = []  # verdicts in flight, awaited when the root ends
         self.temperature = temperature
@@ -59,7 +63,8 @@ class TreeRun:
         self.fmt = get_format(agent_cfg.reply_format)
         self.records: list[NodeRecord] = []
         self.nodes_started = 1  # the root
-        self.status = "ok"
+        self.status = "ok"  # ok, timeout, or infra_error (the tree is then left out of training)
+        self.infra_failures: list[tuple[str, str]] = []  # (kind, message) of each component failure
         self.seconds = 0.0
 
     def node_rng(self, path: str) -> random.Random:
@@ -85,6 +90,12 @@ class TreeRun:
     def release_child(self) -> None:
         self.nodes_started -= 1
 
+    def infra_failure(self, kind: str, message: str) -> None:
+        """A component failed in this tree: its nodes' rewards say nothing about the policy."""
+        self.infra_failures.append((kind, message))
+        if self.status == "ok":
+            self.status = "infra_error"
+
     def judge_later(self, rec: NodeRecord, inputs: dict) -> None:
         """Score a node that has no exact verifier (its env returned judge_inputs). With a judge,
         the verdict runs as its own task, awaited at the end of the tree: a parent never waits on
@@ -101,8 +112,10 @@ class TreeRun:
         assert self.judge is not None
         try:
             v = await self.judge.judge(inputs["goal"], inputs["answer"], inputs.get("reference"))
-        except Exception as e:  # a broken judge fails this node's score, never the tree
+        except Exception as e:  # the judge failed, not the node: the tree leaves training
             v = error_verdict(e, self.judge.name)
+            kind = e.kind if isinstance(e, InfrastructureError) else "judge"
+            self.infra_failure(kind, f"{kind}: {e}"[:500])
         rec.success, rec.judge_verdict = v.success, v.verdict
 
     async def settle_success(self) -> None:

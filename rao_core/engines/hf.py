@@ -20,6 +20,11 @@ cells meanwhile):
 
 Log-prob convention: each returned log-prob is log p(token) under the distribution actually
 sampled from, softmax(logits / T). For greedy requests (T = 0) it is the T = 1 log-softmax.
+
+Seeds: a request with a `seed` draws its tokens from a generator of its own, seeded with it, so the
+tokens it samples do not depend on what else is in the batch or when it arrived (up to
+floating-point differences between batch shapes, which move a draw only when it falls within
+~1e-6 of a token boundary). Requests without one share the engine's generator.
 """
 
 from __future__ import annotations
@@ -129,6 +134,7 @@ class _Seq:
     request: GenerationRequest
     future: asyncio.Future
     budget: int  # new tokens allowed: min(max_new_tokens, context room)
+    generator: torch.Generator | None = None  # the request's own, when it carries a seed
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish: str | None = None
@@ -302,6 +308,8 @@ class HFEngine(Policy):
         loop = asyncio.get_running_loop()
         st = self._state(loop)
         seq = _Seq(request, loop.create_future(), min(request.max_new_tokens, room))
+        if request.seed is not None and request.temperature > 0:
+            seq.generator = torch.Generator(device=self.device).manual_seed(request.seed)
         st.pending.append(seq)
         st.wake.set()
         self.stats.requests += 1
@@ -475,9 +483,10 @@ class HFEngine(Policy):
         t = torch.tensor([x if x > 0 else 1.0 for x in temps], device=logits.device)
         logp = torch.log_softmax(logits / t[:, None], dim=-1)
         tok = logp.argmax(-1)
-        if any(x > 0 for x in temps):
-            drawn = torch.multinomial(logp.exp(), 1, generator=self.generator).squeeze(1)
-            tok = torch.where(torch.tensor([x > 0 for x in temps], device=tok.device), drawn, tok)
+        probs = logp.exp()
+        for i, s in enumerate(seqs):  # each row from its own generator: batch-independent draws
+            if temps[i] > 0:
+                tok[i] = torch.multinomial(probs[i], 1, generator=s.generator or self.generator)[0]
         lp = logp.gather(1, tok[:, None]).squeeze(1)
         for s, i, v in zip(seqs, tok.tolist(), lp.tolist(), strict=True):
             s.ids.append(i)

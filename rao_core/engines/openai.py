@@ -64,6 +64,8 @@ class OpenAIEngine(Policy):
         }
         if request.stop:
             body["stop"] = list(request.stop)
+        if request.seed is not None:
+            body["seed"] = request.seed  # vLLM: a per-request generator, reproducible samples
         if self.vllm_extras:
             body |= {
                 "return_tokens_as_token_ids": True,

@@ -32,6 +32,7 @@ class CompletionBody(BaseModel):
     prompt: str | list[int] | list[str] | list[list[int]]
     max_tokens: int = 16
     temperature: float = 1.0
+    seed: int | None = None
     stop: str | list[str] | None = None
     logprobs: int | None = None
     return_tokens_as_token_ids: bool = True
@@ -56,10 +57,10 @@ def create_app(engine: HFEngine, model_name: str = "tiny", token_ids: bool = Tru
     app = FastAPI(title="rao engine server")
     tok = engine.tokenizer
 
-    async def run(prompt_ids: list[int], max_tokens: int, temperature: float, stop):
+    async def run(prompt_ids: list[int], max_tokens: int, temperature: float, stop, seed: int | None = None):
         if not prompt_ids:
             raise HTTPException(400, "empty prompt")
-        req = GenerationRequest(prompt_ids, max_tokens, _stops(stop), None, temperature)  # type: ignore[arg-type]
+        req = GenerationRequest(prompt_ids, max_tokens, _stops(stop), None, temperature, seed)  # type: ignore[arg-type]
         return await engine.generate(req)
 
     def usage(prompt_ids: list[int], completion: list[int]) -> dict:
@@ -78,7 +79,7 @@ def create_app(engine: HFEngine, model_name: str = "tiny", token_ids: bool = Tru
         if isinstance(p, list) and p and isinstance(p[0], list | str):
             p = p[0]
         ids = tok.encode(p, add_special_tokens=False) if isinstance(p, str) else list(p)
-        gen = await run(ids, body.max_tokens, body.temperature, body.stop)
+        gen = await run(ids, body.max_tokens, body.temperature, body.stop, body.seed)
         logprobs = None
         if body.logprobs is not None:
             as_ids = token_ids and body.return_tokens_as_token_ids

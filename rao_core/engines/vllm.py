@@ -92,6 +92,7 @@ class VLLMEngine(Policy):
             logprobs=0,  # the sampled token's log-prob only
             skip_special_tokens=True,
             output_kind=RequestOutputKind.FINAL_ONLY,
+            seed=request.seed,
         )
         prompt = TokensPrompt(prompt_token_ids=list(request.prompt_ids))
         final = None

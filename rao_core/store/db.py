@@ -15,9 +15,8 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from rao_core.scoring import SCORES_SCHEMA
 from rao_core.store.parquet import is_complete, partition_files
-from rao_core.store.schema import NODE_SCHEMA
+from rao_core.store.schema import NODE_SCHEMA, SCORES_SCHEMA
 from rao_core.store.sqlfiles import run_sql
 
 

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-# Node statuses. `finished` is the only one in which a node called finish().
-STATUSES = ("finished", "budget", "context_overflow", "error", "refused", "loop", "timeout")
+# Node statuses. `finished` is the only one in which a node called finish(). `infra_error` is a
+# failure of the machine (engine, sandbox start, judge, scorer: rao_core/errors.py), not of the
+# policy; `error` is a cell that crashed its REPL.
+STATUSES = ("finished", "budget", "context_overflow", "error", "refused", "loop", "timeout", "infra_error")
+TREE_STATUSES = ("ok", "timeout", "infra_error")
 
 NODE_FIELDS: list[tuple[str, pa.DataType, str]] = [
     # identity
@@ -35,8 +38,18 @@ NODE_FIELDS: list[tuple[str, pa.DataType, str]] = [
     ("finish_message", pa.string(), "argument of finish(), or the failure string returned to the parent"),
     ("success", pa.float32(), "s(X) in [0, 1]"),
     ("success_source", pa.string(), "verifier, judge or root_proxy"),
+    (
+        "temperature",
+        pa.float32(),
+        "sampling temperature of the node's actions; its log-probs are under softmax(logits / T) "
+        "(T = 0 is greedy, with log-probs at T = 1); the trainer uses it",
+    ),
     ("judge_verdict", pa.string(), "judge's JSON verdict, null without a judge"),
-    ("tree_status", pa.string(), "ok, or timeout when the tree hit its wall-clock budget"),
+    (
+        "tree_status",
+        pa.string(),
+        "ok; timeout when the tree hit its wall-clock budget; infra_error when a component failed in it",
+    ),
     # counts and time
     ("turns", pa.int32(), "model turns taken"),
     ("children", pa.int32(), "sub-agents launched and started (refusals excluded)"),
@@ -58,6 +71,31 @@ NODE_FIELDS: list[tuple[str, pa.DataType, str]] = [
 ]
 
 NODE_SCHEMA = pa.schema([pa.field(name, typ, metadata={"doc": doc}) for name, typ, doc in NODE_FIELDS])
+
+
+SCORE_FIELDS: list[tuple[str, pa.DataType, str]] = [
+    ("run", pa.string(), "run name"),
+    ("round", pa.int32(), "round the node was rolled out in"),
+    ("task_id", pa.string(), "root task: the group of the leave-one-out baseline"),
+    ("tree_id", pa.string(), "rollout tree"),
+    ("node_id", pa.string(), "key, same as nodes.node_id"),
+    ("parent_id", pa.string(), "parent node, null for the root"),
+    ("depth", pa.int32(), "0 for the root"),
+    ("success", pa.float64(), "s(X) used by Eq. 1 (a null success counts as 0)"),
+    ("reward", pa.float64(), "R(X) = s(X) + lam * mean of the children's s (Eq. 1)"),
+    ("baseline", pa.float64(), "leave-one-out mean of the other valid trees' root rewards; null if dropped"),
+    ("advantage", pa.float64(), "R(X) - baseline (Eq. 3); 0 when the baseline is null"),
+    ("depth_weight", pa.float64(), "w_d of Eq. 4; null when no trained node has this depth"),
+    ("weighted_advantage", pa.float64(), "depth_weight * advantage for trained nodes, else 0"),
+    ("trained", pa.bool_(), "whether the trainer uses this node"),
+    (
+        "drop_reason",
+        pa.string(),
+        "timeout, infra_error, unfinished_root, single_tree_group, zero_advantage_group",
+    ),
+]
+
+SCORES_SCHEMA = pa.schema([pa.field(n, t, metadata={"doc": d}) for n, t, d in SCORE_FIELDS])
 
 
 def empty_node_table() -> pa.Table:

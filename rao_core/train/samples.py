@@ -22,8 +22,9 @@ import torch
 from numpy.typing import ArrayLike
 
 from rao_core.store.db import connect
+from rao_core.store.sqlfiles import run_sql
 
-COLUMNS = ("node_id", "token_ids", "action_mask", "logprobs", "weighted_advantage")
+COLUMNS = ("node_id", "token_ids", "action_mask", "logprobs", "weighted_advantage", "temperature")
 
 
 @dataclass
@@ -35,6 +36,7 @@ class Row:
     action_mask: np.ndarray  # bool (L,), False at position 0
     logprobs: np.ndarray | None  # float32 (L,)
     weight: float  # weighted_advantage = w_d * A
+    temperature: float = 1.0  # the sampler's: log-probs are under softmax(logits / temperature)
 
     @property
     def length(self) -> int:
@@ -50,9 +52,16 @@ class Row:
 
 
 def make_row(
-    node_id: str, token_ids: ArrayLike, action_mask: ArrayLike, logprobs: ArrayLike | None, weight: float
+    node_id: str,
+    token_ids: ArrayLike,
+    action_mask: ArrayLike,
+    logprobs: ArrayLike | None,
+    weight: float,
+    temperature: float | None = 1.0,
 ) -> Row:
-    """Validate and convert one node; raises ValueError on inconsistent lengths."""
+    """Validate and convert one node; raises ValueError on inconsistent lengths. `temperature` is
+    the sampling temperature recorded with the node: 0 (greedy) means log-probs at 1, and None
+    (rows written before the column existed) means 1, the only value those runs trained at."""
     ids = np.asarray(token_ids, dtype=np.int64)
     mask = np.asarray(action_mask, dtype=bool).copy()
     if len(mask) != len(ids):
@@ -64,7 +73,7 @@ def make_row(
             raise ValueError(f"{node_id}: logprobs has {len(lp)} entries for {len(ids)} tokens")
     if len(mask):
         mask[0] = False
-    return Row(node_id, ids, mask, lp, float(weight))
+    return Row(node_id, ids, mask, lp, float(weight), float(temperature) if temperature else 1.0)
 
 
 def rows_from_table(table: pa.Table) -> list[Row]:
@@ -78,13 +87,19 @@ def read_rows(run_dir: str | Path, round: int) -> list[Row]:
     """The round's trained nodes from the `samples` view (nodes JOIN scores WHERE trained)."""
     con = connect(run_dir)
     try:
-        rel = con.execute(
-            "SELECT node_id, token_ids, action_mask, logprobs, weighted_advantage FROM samples WHERE round = $r",
-            {"r": round},
-        )
-        return rows_from_table(rel.to_arrow_table())
+        return rows_from_table(run_sql(con, "train_rows", {"round": round}).to_arrow_table())
     finally:
         con.close()
+
+
+def logprob_temperature(rows: list[Row]) -> float:
+    """The one temperature the round's log-probs were sampled at; the trainer's log-probs are taken
+    at it too, so the importance ratio compares like with like. Rows of several temperatures in one
+    round are refused: they would need several training temperatures."""
+    temps = sorted({r.temperature for r in rows if r.logprobs is not None} or {r.temperature for r in rows})
+    if len(temps) > 1:
+        raise ValueError(f"training rows were sampled at several temperatures {temps}: train them apart")
+    return temps[0] if temps else 1.0
 
 
 def pack(rows: list[Row], idx: list[int], max_tokens: int) -> list[list[int]]:

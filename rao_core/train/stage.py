@@ -37,7 +37,7 @@ import yaml
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from rao_core.train.samples import read_rows
-from rao_core.train.trainer import TrainConfig, check, resolve_device, train_rows, world
+from rao_core.train.trainer import TrainConfig, resolve_device, train_rows, world
 
 METRICS = "metrics.json"
 OPTIMIZER = "optimizer.pt"  # AdamW moments after this round (train.keep_optimizer_state)
@@ -97,7 +97,6 @@ def train_round(
     checkpoint is copied forward unchanged (the policy version still advances) and `skipped` says why.
     """
     run_dir, model_path, out_path = Path(run_dir), Path(model_path), Path(out_path)
-    check(cfg)
     if is_complete(out_path):
         return json.loads((out_path / METRICS).read_text())
     rank, world_size = world()

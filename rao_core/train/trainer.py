@@ -36,15 +36,7 @@ from transformers import (
 from trl import GRPOConfig, GRPOTrainer
 
 from rao_core.config import TrainConfig
-from rao_core.train.samples import Row, collate, plan_steps
-
-
-def check(cfg: TrainConfig) -> None:
-    """Fail before any work on values TRL would only reject deep inside a run (or silently misuse)."""
-    if cfg.max_tokens_per_microbatch < 1 or cfg.steps_per_round < 1:
-        raise ValueError("train.max_tokens_per_microbatch and train.steps_per_round must be >= 1")
-    if cfg.clip_high <= 0 or cfg.temperature <= 0:
-        raise ValueError("train.clip_high and train.temperature must be > 0")
+from rao_core.train.samples import Row, collate, logprob_temperature, plan_steps
 
 
 def world() -> tuple[int, int]:
@@ -77,8 +69,13 @@ def lora_config(cfg: TrainConfig) -> Any:
     )
 
 
-def grpo_args(cfg: TrainConfig, output_dir: Path, accum: int, max_completion: int) -> GRPOConfig:
+def grpo_args(
+    cfg: TrainConfig, output_dir: Path, accum: int, max_completion: int, temperature: float = 1.0
+) -> GRPOConfig:
     """TRL's config for one round: one optimiser step per `accum` micro-batches, nothing saved or reported.
+
+    `temperature` is the one the rows were sampled at (samples.logprob_temperature): TRL divides
+    the logits by it before the log-softmax, as the sampler did.
 
     `per_device_train_batch_size` and `num_generations` are placeholders that satisfy GRPOConfig's
     checks (generation batch divisible by the group size); our dataloader ignores them.
@@ -91,7 +88,7 @@ def grpo_args(cfg: TrainConfig, output_dir: Path, accum: int, max_completion: in
         epsilon=cfg.clip_low,
         epsilon_high=cfg.clip_high,
         beta=cfg.beta,
-        temperature=cfg.temperature,
+        temperature=temperature,
         learning_rate=cfg.lr,
         adam_beta1=cfg.betas[0],
         adam_beta2=cfg.betas[1],
@@ -306,7 +303,6 @@ def train_rows(
     elsewhere). Exact equality with one process holds for the token-mean losses (cispo, dapo, vespo);
     the per-micro-batch losses (grpo, bnpo, ...) average over a different set of micro-batches.
     """
-    check(cfg)
     torch.manual_seed(cfg.seed)
     plan = plan_steps(rows, cfg.max_tokens_per_microbatch, cfg.steps_per_round, cfg.seed)
     metrics: dict[str, Any] = {"samples": len(rows), "trained_samples": 0, "steps": 0, "tokens": 0}
@@ -321,7 +317,8 @@ def train_rows(
         for step in plan
         for mb in step
     )
-    args = grpo_args(cfg, work_dir, accum, max_completion)
+    temperature = logprob_temperature(rows)
+    args = grpo_args(cfg, work_dir, accum, max_completion, temperature)
     peft_config = lora_config(cfg) if cfg.lora else None
     trainer = RAOTrainer(
         model,
@@ -373,6 +370,7 @@ def train_rows(
         clipped_fraction=s["clipped"] / max(s["tokens"], 1.0),
         mean_action_logp=s["logp_sum"] / max(s["tokens"], 1.0),
         loss_type=cfg.loss_type,
+        temperature=temperature,
         device=str(device),
         bf16=bool(args.bf16),
     )

@@ -35,7 +35,7 @@ from rao_core.agent.policy import Policy
 from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.sandbox import shutdown_sandboxes
 from rao_core.agent.tree import TreeRun, TreeSpec
-from rao_core.config import AgentConfig, SandboxConfig, opt
+from rao_core.config import AgentConfig, SandboxConfig, WarmStartConfig
 from rao_core.envs.textcraft.small import (
     SMALL_DIFFICULTIES,
     env_from_small_task,
@@ -50,47 +50,6 @@ from rao_core.models.tokenizer import tiny_tokenizer
 from rao_core.store.files import write_json, write_text
 
 MODES = {"recursive": "recursive", "flat": "single"}  # report name -> AgentConfig.mode
-
-
-@dataclass
-class WarmStartConfig:
-    """Every default of the warm-start stage (the shipped checkpoint's command overrides none)."""
-
-    seed: int = opt(0, "seed of the model init, the training worlds and the data order")
-    hidden: int = opt(128, "model width (0.5-2M parameters train fastest per minute on 2 cores)")
-    layers: int = opt(4, "transformer layers")
-    heads: int = opt(4, "attention heads")
-    kv_heads: int = opt(2, "key/value heads")
-    intermediate: int = opt(384, "MLP width")
-    context: int = opt(2048, "max tokens per node (model positions, runtime budget, SFT max length)")
-    recursive_episodes: int = opt(2500, "expert trees in the recursive shape (several nodes each)")
-    flat_episodes: int = opt(4000, "expert trees in the flat shape (one node each)")
-    recursive_tiers: list = opt([2, 3, 3, 4], "target tiers of recursive trees, sampled uniformly")
-    flat_tiers: list = opt([1, 2, 2, 2, 3], "target tiers of flat trees, sampled uniformly")
-    error_rate: float = opt(0.04, "expert slips per turn (each followed by its repair; slips get no loss)")
-    give_up_rate: float = opt(
-        0.0, "share of expert sub-agents that fail (quit at once or loop), so parents show recovery"
-    )
-    max_minutes: float = opt(10.0, "wall-clock budget of training, drill included")
-    max_steps: int = opt(-1, "optimizer steps (-1: until max_minutes or epochs run out)")
-    epochs: float = opt(4.0, "passes over the data at most")
-    batch_size: int = opt(8, "sequences per optimizer step (small: many steps per minute)")
-    lr: float = opt(2e-3, "peak learning rate (AdamW)")
-    warmup: float = opt(0.03, "fraction of the budget spent warming the learning rate up")
-    decay: float = opt(0.2, "final fraction of the budget over which the lr decays linearly")
-    min_lr_ratio: float = opt(0.1, "the decay ends at lr * min_lr_ratio")
-    drill_steps: int = opt(1500, "stage 0, copy drill: at most this many steps of batch 16 (0: no drill)")
-    drill_stop_loss: float = opt(0.05, "stage 0 ends once its loss is below this")
-    drill_mix: float = opt(
-        0.1, "drill rows mixed into the SFT data (fraction of it): copying stays supported"
-    )
-    weight_decay: float = opt(0.0, "AdamW weight decay")
-    eval_tasks: int = opt(100, "held-out tasks per difficulty and mode (0: skip evaluation)")
-    eval_difficulties: list = opt(list(SMALL_DIFFICULTIES), "difficulties to evaluate")
-    eval_seed: int = opt(0, "seed of the held-out task sample")
-    max_concurrent_trees: int = opt(64, "trees in flight at once (expert data and evaluation)")
-    max_batch_size: int = opt(64, "engine sequences per decode step")
-    threads: int = opt(1, "torch CPU threads: on a shared 2-core machine 2 threads oversubscribe (5x slower)")
 
 
 def agent_config(mode: str, context: int) -> AgentConfig:

@@ -98,7 +98,7 @@ def test_control_arm_config(tmp_path):
     assert ctrl.run_name == f"{cfg.run_name}-single" and ctrl.agent.mode == "single"
     assert ctrl.scoring.lam == 0.0 and ctrl.scoring.depth_weighting is False
     assert not ctrl.campaign.control_arm  # the control arm has no control arm
-    assert ctrl.policy.model == str(cfg.run_dir / "checkpoints" / "warmstart")  # shared warm start
+    assert ctrl.policy.model == str(cfg.run_dir / "checkpoints" / "warmstart" / "model")  # shared warm start
     same = ("agent.max_steps", "rollout.num_tasks", "rollout.group_size", "train.lr", "campaign.rounds")
     for name in same:
         section, field = name.split(".")

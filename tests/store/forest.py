@@ -42,6 +42,7 @@ def random_forest(
     max_children: int = 3,
     p_child: float = 0.6,
     p_timeout: float = 0.15,
+    p_infra: float = 0.1,
     p_unfinished: float = 0.2,
     p_gap: float = 0.05,
     p_zero_group: float = 0.15,
@@ -60,6 +61,7 @@ def random_forest(
         for g in range(group_size or rng.randint(1, max_group)):
             tree = f"{task}/{g}"
             timed_out = rng.random() < p_timeout
+            infra = not timed_out and rng.random() < p_infra
             stack = [(f"{tree}:0", None, 0)]
             while stack:
                 node, parent, depth = stack.pop()
@@ -70,9 +72,10 @@ def random_forest(
                 cols["parent_id"].append(parent)
                 cols["depth"].append(depth)
                 unfinished = rng.random() < p_unfinished
-                cols["status"].append(rng.choice(("budget", "error")) if unfinished else "finished")
+                failed = rng.choice(("budget", "error", "infra_error") if infra else ("budget", "error"))
+                cols["status"].append(failed if unfinished else "finished")
                 cols["success"].append(_success(rng, mode))
-                cols["tree_status"].append("timeout" if timed_out else "ok")
+                cols["tree_status"].append("timeout" if timed_out else "infra_error" if infra else "ok")
                 if depth < max_depth:
                     p = p_child / (1 + depth)
                     k = sum(rng.random() < p for _ in range(max_children))

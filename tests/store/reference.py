@@ -42,6 +42,8 @@ def reference_scores(nodes: list[dict], cfg: ScoringConfig) -> dict[str, dict]:
     for t, ns in tree_nodes.items():
         if any(n["tree_status"] == "timeout" for n in ns):
             reason[t] = "timeout"
+        elif any(n["tree_status"] == "infra_error" for n in ns):
+            reason[t] = "infra_error"
         elif cfg.unfinished_roots == "drop" and root[t]["status"] != "finished":
             reason[t] = "unfinished_root"
         else:

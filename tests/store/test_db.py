@@ -15,7 +15,7 @@ from rao_core.store.schema import NODE_SCHEMA
 from tests.store.forest import node_table, random_forest, write_round
 
 SAMPLE_COLUMNS = [
-    "node_id", "round", "depth", "token_ids", "action_mask", "logprobs",
+    "node_id", "round", "depth", "token_ids", "action_mask", "logprobs", "temperature",
     "advantage", "depth_weight", "weighted_advantage", "policy_version",
 ]  # fmt: skip
 

@@ -1,0 +1,44 @@
+"""The run configuration: sections (every default, help string and rule) and loading.
+
+from rao_core.config import load_config
+cfg = load_config("run.yaml", ["agent.max_depth=3"])   # ConfigError (one line) on bad input
+"""
+
+from rao_core.config.loading import (
+    REFERENCE_PROFILE,
+    SUITE_DEFAULTS,
+    ConfigError,
+    build,
+    load_config,
+    parse_override,
+    save_config,
+    to_dict,
+)
+from rao_core.config.sections import (
+    DIFFICULTIES,
+    AgentConfig,
+    CampaignConfig,
+    DeepDiveConfig,
+    EvalConfig,
+    JudgeConfig,
+    OolongConfig,
+    PolicyConfig,
+    RolloutConfig,
+    RunConfig,
+    SandboxConfig,
+    ScoringConfig,
+    TaskConfig,
+    TrackingConfig,
+    TrainConfig,
+    WarmStartConfig,
+    WorldConfig,
+    opt,
+)
+
+__all__ = [
+    "DIFFICULTIES", "REFERENCE_PROFILE", "SUITE_DEFAULTS", "AgentConfig", "CampaignConfig", "ConfigError",
+    "DeepDiveConfig", "EvalConfig", "JudgeConfig", "OolongConfig", "PolicyConfig", "RolloutConfig",
+    "RunConfig", "SandboxConfig", "ScoringConfig", "TaskConfig", "TrackingConfig", "TrainConfig",
+    "WarmStartConfig", "WorldConfig", "build", "load_config", "opt", "parse_override", "save_config",
+    "to_dict",
+]  # fmt: skip

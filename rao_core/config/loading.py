@@ -1,0 +1,196 @@
+"""Loading a run configuration: suite profile, then a YAML file, then `--set key=value` overrides.
+
+    cfg = load_config("run.yaml", ["agent.max_depth=3", "train.lr=1e-4"])
+
+Every layer is merged into one nested dict and validated once by pydantic (sections.py holds the
+rules), then the files the configuration names are checked. Any problem raises ConfigError with
+one line naming the key, the value and the rule, before any work starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import TypeAdapter, ValidationError
+
+from rao_core.config.sections import RunConfig
+
+
+class ConfigError(ValueError):
+    """Bad configuration: the message is one line naming the key, the value and the rule."""
+
+
+# Keys that existed once: a clear word instead of "unknown field".
+RETIRED = {
+    "train.temperature": "removed: the trainer takes log-probs at the temperature each node was sampled "
+    "at (recorded in the nodes table); set policy.temperature",
+}
+
+# The defaults in sections.py are the embedded CPU campaign: the shipped warm-started tiny model on
+# TextCraft-Synth's small profile. The other suites need an instruction-following LLM; their
+# defaults are the reference agent profile of the paper with the scripted expert as the policy (a
+# model is a `policy.kind`/`policy.model` away), plus each suite's paper setup. Applied before the
+# YAML file and --set, so a value the user sets always wins.
+REFERENCE_PROFILE: dict[str, dict] = {
+    "agent": {
+        "reply_format": "thought_python",
+        "max_context_tokens": 8192,
+        "max_new_tokens": 512,
+        "max_steps": 25,
+    },
+    "policy": {"kind": "scripted", "model": "tiny"},
+    "rollout": {"difficulty": "medium", "num_tasks": 8, "group_size": 4},
+    "eval": {"difficulty": "easy,medium,hard"},
+    "train": {"lr": 3e-6, "steps_per_round": 1},
+}
+SUITE_DEFAULTS: dict[str, list[dict]] = {
+    "textcraft": [REFERENCE_PROFILE],
+    "oolong": [REFERENCE_PROFILE, {"scoring": {"lam": 0.4}, "agent": {"max_depth": 2}}],
+    "deepdive": [REFERENCE_PROFILE, {"agent": {"max_depth": 4}}],
+}
+
+
+def field_types(cls: type) -> dict[str, Any]:
+    """A section's field names and their (resolved) types."""
+    return {name: f.annotation for name, f in cls.__pydantic_fields__.items()}
+
+
+SECTIONS = {name for name, t in field_types(RunConfig).items() if dataclasses.is_dataclass(t)}
+_ADAPTER = TypeAdapter(RunConfig)
+
+
+def parse_override(text: str) -> dict:
+    """'agent.max_depth=3' -> {'agent': {'max_depth': 3}} (the value is read as YAML)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected key=value")
+    key, raw = text.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw  # not YAML: the string itself (the field's rule decides)
+    out: dict = {}
+    cur = out
+    parts = key.strip().split(".")
+    for p in parts[:-1]:
+        cur = cur.setdefault(p, {})
+    cur[parts[-1]] = value
+    return out
+
+
+def _merge(base: dict, layer: dict) -> dict:
+    """Section by section; a field's value (a list, a dict) is replaced whole, never merged."""
+    out = dict(base)
+    for key, value in layer.items():
+        if key in SECTIONS and isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = value
+    return out
+
+
+_UNION_TAGS = {"bool", "int", "float", "str", "none", "list", "dict"}
+
+
+def _field_path(loc: tuple) -> str:
+    """('train', 'bf16', 'bool') -> 'train.bf16': keep field names and list indices only."""
+    parts: list[str] = []
+    node: Any = RunConfig
+    for p in loc:
+        types = field_types(node) if node is not None else {}
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        elif p in types:
+            parts.append(("." if parts else "") + p)
+            node = types[p] if dataclasses.is_dataclass(types[p]) else None
+        elif node is not None:
+            parts.append(("." if parts else "") + str(p))  # an unknown key
+            break
+        elif p in _UNION_TAGS or "[" in str(p):  # pydantic's name of a union member, not a key
+            break
+        else:
+            parts.append(f".{p}")  # a key inside a dict-valued field
+    return "".join(parts)
+
+
+def one_line(err: ValidationError) -> str:
+    """pydantic's first error as `key: value: rule`."""
+    e = err.errors(include_url=False)[0]
+    key = _field_path(tuple(e["loc"]))
+    if e["type"] == "value_error":  # our own rules already say `key: value: rule`
+        msg = str(e.get("ctx", {}).get("error", e["msg"]))
+        return msg if not key or msg.startswith(key) else f"{key}: {e['input']!r}: {msg}"
+    if e["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
+        if key in RETIRED:
+            return f"{key}: {RETIRED[key]}"
+        section = key.rsplit(".", 1)[0] if "." in key else ""
+        cls: Any = RunConfig
+        for part in filter(None, section.split(".")):
+            cls = field_types(cls)[part]
+        known = ", ".join(sorted(field_types(cls)))
+        return f"{key}: unknown field (known: {known})"
+    return f"{key}: {e['input']!r}: {e['msg'][0].lower()}{e['msg'][1:]}"
+
+
+def build(data: dict) -> RunConfig:
+    """A RunConfig from one nested dict, or ConfigError."""
+    try:
+        return _ADAPTER.validate_python(data)
+    except ValidationError as e:
+        raise ConfigError(one_line(e)) from None
+
+
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None, check_files: bool = True
+) -> RunConfig:
+    """The suite's profile, the YAML file, then the overrides, validated; with `check_files`, the
+    files the configuration names must exist (checkpoints, the accelerate config)."""
+    layers: list[dict] = []
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: top level must be a mapping")
+        layers.append(data)
+    layers += [parse_override(text) for text in overrides or []]
+    suite = next((layer["suite"] for layer in reversed(layers) if "suite" in layer), RunConfig().suite)
+    merged: dict = {}
+    for layer in [*(SUITE_DEFAULTS.get(suite, []) if isinstance(suite, str) else []), *layers]:
+        for key, value in layer.items():
+            if key in SECTIONS and not isinstance(value, dict):
+                raise ConfigError(f"{key}: {value!r}: expected a mapping of {key}.* fields")
+        merged = _merge(merged, layer)
+    cfg = build(merged)
+    if check_files:
+        check_files_exist(cfg)
+    return cfg
+
+
+def check_files_exist(cfg: RunConfig) -> None:
+    """What validation of values cannot see: the named checkpoint and files exist here."""
+    from rao_core.models.paths import model_exists
+
+    if cfg.policy.kind != "scripted" and not model_exists(cfg.policy.model):
+        raise ConfigError(
+            f"policy.model: {cfg.policy.model!r}: neither a shipped checkpoint, a local folder, "
+            "'warmstart' nor 'tiny'"
+        )
+    if cfg.train.accelerate_config and not Path(cfg.train.accelerate_config).is_file():
+        raise ConfigError(f"train.accelerate_config: {cfg.train.accelerate_config!r}: file not found")
+
+
+def to_dict(cfg: RunConfig) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def save_config(cfg: RunConfig, path: str | Path) -> None:
+    from rao_core.store.files import write_text
+
+    write_text(Path(path), yaml.safe_dump(to_dict(cfg), sort_keys=False))

@@ -1,0 +1,559 @@
+"""The run configuration: one dataclass per section, every default and every rule in one place.
+
+Each field is `opt(default, help, **rule)`: the rule is pydantic's (ge, gt, le, lt, min_length,
+...), checked whenever a section is built, so a bad value is refused at load, before any work,
+and `dataclasses.replace` cannot produce one either. Rules that tie several fields together
+live in `RunConfig._cross_field_rules`. Loading (YAML, --set, suite profiles) is in loading.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    model_validator,
+)
+from pydantic.dataclasses import dataclass
+
+STRICT = ConfigDict(extra="forbid", validate_assignment=True)
+DIFFICULTIES = {"easy": (2, 3), "medium": (4, 6), "hard": (7, 9), "extreme": (10, 12)}
+
+
+def opt(default: Any, help: str, **rule: Any) -> Any:
+    """A field with its default, its help string and its validation rule."""
+    if isinstance(default, list | dict):
+        return Field(default_factory=lambda: type(default)(default), description=help, **rule)
+    return Field(default, description=help, **rule)
+
+
+def _no_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("expected a number, not a boolean")
+    return value
+
+
+def _comma_list(value: Any) -> Any:
+    """`a,b`, [a, b] and a single a (YAML may read it as an int) all mean the same list."""
+    if isinstance(value, list | tuple):
+        return ",".join(str(v).strip() for v in value)
+    if isinstance(value, int | str) and not isinstance(value, bool):
+        return ",".join(p.strip() for p in str(value).split(",") if p.strip())
+    return value
+
+
+def _items_in(allowed: tuple[str, ...]):
+    def check(text: str) -> str:
+        bad = [p for p in text.split(",") if p not in allowed]
+        if not text or bad:
+            raise ValueError(f"must be a comma list of {', '.join(allowed)} (got {bad or 'nothing'})")
+        return text
+
+    return check
+
+
+def _ints_at_least(low: int):
+    def check(text: str) -> str:
+        bad = [p for p in filter(None, text.split(",")) if not p.isdigit() or int(p) < low]
+        if bad:
+            raise ValueError(f"every entry must be an int >= {low} (got {bad})")
+        return text
+
+    return check
+
+
+Int = StrictInt  # YAML gives ints; a bool or a string is a mistake, not an int
+Float = Annotated[float, BeforeValidator(_no_bool)]
+Difficulties = Annotated[str, BeforeValidator(_comma_list), AfterValidator(_items_in(tuple(DIFFICULTIES)))]
+Modes = Annotated[str, BeforeValidator(_comma_list), AfterValidator(_items_in(("single", "recursive")))]
+ContextLimits = Annotated[str, BeforeValidator(_comma_list), AfterValidator(_ints_at_least(256))]
+Fraction = Annotated[Float, Field(gt=0, lt=1)]
+EngineKind = Literal["scripted", "hf", "vllm", "openai"]
+section = dataclass(config=STRICT)
+
+
+@section
+class WorldConfig:
+    """TextCraft-Synth world generator (reference: seed 42, 5 domains, tiers 0..12, 25 items)."""
+
+    seed: Int = opt(42, "seed of the world generator")
+    domains: Int = opt(5, "number of material domains", ge=1, le=5)
+    max_tier: Int = opt(12, "highest tier; tier 0 holds base materials", ge=2, le=12)
+    items_per_tier: Int = opt(25, "items per domain at tier 0; higher tiers hold fewer", ge=2)
+    cross_domain_items: Int = opt(6, "items at tiers >= 10 that combine several domains", ge=0)
+
+
+@section
+class TaskConfig:
+    """Task synthesis over a world."""
+
+    seed: Int = opt(0, "seed of task sampling (inventories, counts, split)")
+    tasks_per_item: Int = opt(2, "tasks generated per target item", ge=1)
+    max_count: Int = opt(2, "copies of the target to craft: 1..max_count", ge=1)
+    val_fraction: Fraction = opt(0.2, "fraction of items per tier held out for validation")
+    buffer_max: Float = opt(0.5, "base materials get a random 0..buffer_max extra", ge=0)
+    distractors: list[Annotated[Int, Field(ge=0)]] = opt(
+        [1, 3], "min and max distractor base items in the inventory", min_length=2, max_length=2
+    )
+    small_tasks_per_difficulty: Int = opt(
+        300, "textcraft-small: tasks per difficulty and split, one world each", ge=1
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TaskConfig:
+        if self.distractors[0] > self.distractors[1]:
+            raise ValueError(f"tasks.distractors: {self.distractors}: must be [min, max] with min <= max")
+        return self
+
+
+@section
+class DeepDiveConfig:
+    """DeepDive-style deep search: a seeded knowledge graph rendered as a local web corpus, BM25
+    search over it, and multi-hop questions (hops 1..4 = easy..extreme) with exact answers."""
+
+    seed: Int = opt(0, "seed of the graph, the corpus and the questions")
+    people: Int = opt(240, "person entities", ge=8)
+    organisations: Int = opt(90, "organisation entities", ge=8)
+    places: Int = opt(70, "place entities", ge=8)
+    works: Int = opt(160, "work entities (novels, films, albums, plays)", ge=8)
+    near_duplicates: Float = opt(
+        0.15, "share of entities that get a near-namesake distractor page", ge=0, le=1
+    )
+    questions_per_difficulty: Int = opt(120, "questions generated per hop count (difficulty)", ge=1)
+    val_fraction: Fraction = opt(0.2, "share of start entities held out for validation")
+    max_results: Int = opt(5, "search_web: default number of results", ge=1)
+    page_chars: Int = opt(3000, "view_webpage_content: characters returned per call", ge=200)
+    backend: str = opt("bm25", "search backend: bm25 (local corpus) or 'module:factory' (real backend)")
+    real_path: str = opt("", "real DeepDive data (parquet/jsonl/json file or folder); empty: synthetic")
+    real_split: str = opt("qa_rl", "split of the real dataset folder to read (qa_rl or qa_sft)")
+
+
+@section
+class OolongConfig:
+    """Oolong-style long-context aggregation: seeded tabletop-RPG session transcripts with exact
+    answers (or the real oolong-real rows), held in the REPL variable `context`, never in the prompt."""
+
+    seed: Int = opt(0, "seed of transcripts and questions")
+    tasks_per_difficulty: Int = opt(
+        16, "synthetic tasks per difficulty and split, spread over its buckets", ge=1
+    )
+    difficulty_tokens: dict[
+        Literal["easy", "medium", "hard", "extreme"], list[Annotated[Int, Field(ge=256)]]
+    ] = opt(
+        {"easy": [2048, 4096], "medium": [8192, 16384], "hard": [32768], "extreme": [65536]},
+        "transcript length buckets (approximate tokens) of each difficulty",
+    )
+    chars_per_token: Float = opt(4.0, "characters per token that size the buckets (English BPE: ~4)", gt=0)
+    speakers: Int = opt(4, "player characters per transcript (the DM speaks too)", ge=2, le=12)
+    chunk_chars: Int = opt(32000, "scripted expert: characters per chunk it reads or delegates", ge=500)
+    real_path: str = opt(
+        "", "local oolong-real (dnd) .jsonl/.json/.parquet file or folder: its rows become the val split"
+    )
+
+    @model_validator(mode="after")
+    def _buckets(self) -> OolongConfig:
+        empty = [d for d, sizes in self.difficulty_tokens.items() if not sizes]
+        if empty:
+            raise ValueError(
+                f"oolong.difficulty_tokens.{empty[0]}: []: must be a non-empty list of ints >= 256"
+            )
+        return self
+
+
+@section
+class AgentConfig:
+    """The recursive agent and its budgets; all are enforced by the runtime."""
+
+    mode: Literal["recursive", "single"] = opt("recursive", "single removes launch_subagent")
+    max_depth: Int = opt(6, "depth cap (root = 0); launches past it are refused", ge=0)
+    max_steps: Int = opt(40, "model turns per node", ge=1)
+    max_children: Int = opt(8, "sub-agents one node may start", ge=0)
+    max_nodes: Int = opt(64, "nodes per tree, root included", ge=1)
+    max_context_tokens: Int = opt(2048, "tokens per node; overflow ends the node as failed", ge=16)
+    max_new_tokens: Int = opt(32, "tokens sampled per turn", ge=1)
+    cell_timeout_s: Float = opt(10.0, "wall-clock limit of one cell", gt=0)
+    tree_timeout_s: Float = opt(600.0, "wall-clock limit of one tree", gt=0)
+    loop_guard: Int = opt(4, "end a node that sends the same cell this many times in a row", ge=2)
+    max_observation_chars: Int = opt(2000, "cell output beyond this is truncated", ge=16)
+    max_calls_per_cell: Int = opt(200, "tool and launch calls one cell may make", ge=1)
+    reply_format: Literal["thought_python", "python", "markdown"] = opt(
+        "python", "reply format: thought_python (reference), python (terse), markdown"
+    )
+
+    @model_validator(mode="after")
+    def _room(self) -> AgentConfig:
+        if self.max_new_tokens >= self.max_context_tokens:
+            raise ValueError(
+                f"agent.max_new_tokens: {self.max_new_tokens}: must be below agent.max_context_tokens "
+                f"({self.max_context_tokens})"
+            )
+        return self
+
+
+@section
+class SandboxConfig:
+    """Limits of the REPL worker processes that run model-written cells."""
+
+    memory_mb: Int = opt(1024, "address-space limit of a worker (RLIMIT_AS)", ge=128)
+    cpu_seconds: Int = opt(120, "CPU-time limit of a worker over its life (RLIMIT_CPU)", ge=1)
+    seccomp: StrictBool = opt(True, "install the seccomp filter (no files, network, processes)")
+    max_output_chars: Int = opt(100_000, "stdout a cell may produce before it is cut", ge=100)
+
+
+@section
+class PolicyConfig:
+    """Which policy writes the cells, and how it samples."""
+
+    kind: EngineKind = opt("hf", "scripted expert or a model engine")
+    model: str = opt(
+        "small-warmstart",
+        "a checkpoint shipped in rao_core/models/checkpoints, 'warmstart' (train one in this run), "
+        "'tiny' (untrained bootstrap model) or a local Hugging Face folder",
+        min_length=1,
+    )
+    tokenizer: str = opt("tiny", "'tiny' builds the bootstrap tokenizer; else a local HF folder")
+    temperature: Float = opt(
+        1.0,
+        "sampling temperature of training rollouts (0 = greedy); recorded with every node, and the "
+        "trainer takes its log-probs at the recorded value",
+        ge=0,
+    )
+    error_rate: Float = opt(0.1, "scripted expert: chance per turn of a plausible mistake", ge=0, le=1)
+    latency_s: Float = opt(0.0, "scripted expert: artificial delay per turn (benchmarks)", ge=0)
+    device: Literal["auto", "cpu", "cuda"] = opt("auto", "hf engine: cpu, cuda or auto")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = opt(
+        "auto", "hf/vllm: float32, bfloat16 or auto (bf16 on GPU, fp32 on CPU)"
+    )
+    max_batch_size: Int = opt(64, "hf engine: sequences per micro-batch", ge=1)
+    max_batch_tokens: Int = opt(65536, "hf engine: prompt+new tokens per micro-batch", ge=64)
+    base_url: str = opt("", "openai engine: server URL, e.g. http://127.0.0.1:8000/v1")
+    api_key_env: str = opt("OPENAI_API_KEY", "openai engine: environment variable holding the key")
+    served_model: str = opt("", "openai engine: model name on the server")
+    tensor_parallel_size: Int = opt(1, "vllm: GPUs per engine replica", ge=1)
+    gpu_memory_utilization: Float = opt(0.85, "vllm: fraction of GPU memory for the engine", gt=0, le=1)
+    retries: Int = opt(
+        3, "attempts per request when the engine fails (server error, lost connection, out of memory)", ge=1
+    )
+
+
+@section
+class JudgeConfig:
+    """The judge of nodes without an exact verifier (Oolong and DeepDive sub-agents): docs/judges.md."""
+
+    kind: Literal["none", "scripted", "hf", "vllm", "openai"] = opt(
+        "none",
+        "none: judged nodes copy the root's success (root_proxy); scripted: deterministic rule "
+        "(tests, scripted runs); hf, vllm, openai: a model judge with the rubric",
+    )
+    model: str = opt(
+        "", "hf/vllm: 'tiny' or a local HF folder; openai: local tokenizer folder ('tiny') framing the prompt"
+    )
+    base_url: str = opt("", "openai: server URL, e.g. http://127.0.0.1:8001/v1")
+    served_model: str = opt("", "openai: model name on the server (default: model)")
+    api_key_env: str = opt("OPENAI_API_KEY", "openai: environment variable holding the key")
+    temperature: Float = opt(0.0, "judge sampling temperature (0 = greedy, reproducible verdicts)", ge=0)
+    max_new_tokens: Int = opt(256, "tokens the judge may write per verdict", ge=1)
+    gpu_memory_utilization: Float = opt(
+        0.3, "vllm: GPU memory fraction of the judge's own engine", gt=0, le=1
+    )
+    cache: StrictBool = opt(
+        True, "reuse verdicts by (rubric, model, goal, answer, reference); <run>/judge_cache/"
+    )
+    retries: Int = opt(3, "attempts per verdict when the judge's engine fails", ge=1)
+
+
+@section
+class RolloutConfig:
+    split: Literal["train", "val"] = opt("train", "which tasks to roll out")
+    difficulty: Difficulties = opt("hard", "easy, medium, hard, extreme, or a comma list")
+    num_tasks: Int = opt(16, "root tasks N", ge=1)
+    group_size: Int = opt(6, "trees per root task G (the leave-one-out baseline needs G >= 2)", ge=1)
+    max_concurrent_trees: Int = opt(16, "trees in flight at once", ge=1)
+    seed: Int = opt(
+        0, "seed of sampling: each request draws from its own generator, seeded by (seed, round, node, turn)"
+    )
+    round: Int = opt(0, "round (iteration) the rows belong to", ge=0)
+    policy_version: Int = opt(0, "policy version recorded with the rows", ge=0)
+    shards: Int = opt(
+        1, "root tasks are dealt into this many shards, each with its own engine replica and partition", ge=1
+    )
+    runner: Literal["local", "ray"] = opt(
+        "local", "local: shards one after another in this process; ray: in parallel as Ray tasks"
+    )
+    ray_address: str = opt(
+        "", "runner ray: '' starts a local Ray instance; 'auto' or ray://host:10001 joins one"
+    )
+    num_cpus_per_shard: Float = opt(
+        1.0, "runner ray: CPUs reserved per shard (its trees and REPL workers)", gt=0
+    )
+    num_gpus_per_shard: Float = opt(
+        0.0,
+        "runner ray: GPUs reserved per shard (policy.tensor_parallel_size for vllm, 1 for hf on GPU)",
+        ge=0,
+    )
+
+
+@section
+class ScoringConfig:
+    """RAO's training signal (Eq. 1, 3, 4) and the choices the reference leaves open."""
+
+    lam: Float = opt(0.0, "lambda of Eq. 1: weight of the children's mean success", ge=0)
+    depth_weighting: StrictBool = opt(True, "Eq. 4 depth balancing; False gives w = 1")
+    unfinished_roots: Literal["keep", "drop"] = opt("keep", "trees whose root never finished")
+    single_tree_groups: Literal["skip", "zero_baseline"] = opt("skip", "groups with one valid tree")
+    zero_advantage_groups: Literal["skip", "keep"] = opt("skip", "groups whose advantages are all 0")
+
+
+LossType = Literal["cispo", "grpo", "dr_grpo", "dapo", "bnpo", "sapo", "luspo", "vespo"]
+
+
+@section
+class TrainConfig:
+    """The training stage. Reference (Qwen3-4B): AdamW lr 3e-6, betas (0.9, 0.95), wd 0.017, clip 1.0, bf16.
+
+    The log-probs are taken at the temperature each node was sampled at (recorded in the nodes
+    table), so there is no training temperature to keep in step with the sampler's."""
+
+    loss_type: LossType = opt(
+        "cispo", "TRL loss; cispo = -(sg(clip(ratio, 0, clip_high)) * A * log pi), token mean (the reference)"
+    )
+    lr: Float = opt(
+        1.5e-4,
+        "AdamW learning rate, constant (the tiny model; the paper uses 3e-6 for 4B; 0 measures without updating)",
+        ge=0,
+        lt=1,
+    )
+    betas: list[Annotated[Float, Field(ge=0, lt=1)]] = opt(
+        [0.9, 0.95], "AdamW betas (two numbers in [0, 1))", min_length=2, max_length=2
+    )
+    weight_decay: Float = opt(0.017, "AdamW weight decay", ge=0)
+    max_grad_norm: Float = opt(1.0, "gradient clipping by global norm; 0 disables it", ge=0)
+    clip_high: Float = opt(
+        5.0, "cispo: cap of the importance ratio (TRL epsilon_high); others: upper epsilon", gt=0
+    )
+    clip_low: Float = opt(
+        0.2, "grpo-family losses: lower clip epsilon (TRL epsilon); unused by cispo", ge=0, lt=1
+    )
+    beta: Float = opt(
+        0.0, "KL coefficient: must be 0 (RAO uses no KL term, and no reference model is loaded)", ge=0
+    )
+    bf16: StrictBool | None = opt(None, "bf16 autocast over fp32 weights; null = on CUDA only")
+    gradient_checkpointing: StrictBool = opt(False, "recompute activations in backward (long contexts)")
+    lora: StrictBool = opt(False, "train a LoRA adapter (needs peft), merged into the saved checkpoint")
+    lora_r: Int = opt(16, "LoRA rank", ge=1)
+    lora_alpha: Int = opt(32, "LoRA alpha", ge=1)
+    lora_dropout: Float = opt(
+        0.0, "LoRA dropout (0 keeps sampler and trainer log-probs comparable)", ge=0, lt=1
+    )
+    lora_targets: list[str] = opt(
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        "LoRA target modules",
+        min_length=1,
+    )
+    max_tokens_per_microbatch: Int = opt(
+        16384, "padded tokens (rows x longest row) per forward/backward", ge=1
+    )
+    keep_optimizer_state: StrictBool = opt(
+        True, "carry AdamW's moments from round to round (optimizer.pt in each checkpoint: 2x the weights)"
+    )
+    steps_per_round: Int = opt(
+        4, "optimiser steps per round: the batch is dealt into this many mini-batches", ge=1
+    )
+    seed: Int = opt(0, "seed of mini-batch dealing and of torch")
+    device: Literal["auto", "cpu", "cuda"] = opt("auto", "cpu, cuda or auto")
+    accelerate_config: str = opt(
+        "",
+        "accelerate config file (configs/accelerate/*.yaml): the train stage then runs as its own "
+        "`accelerate launch` on N processes (DDP/FSDP/ZeRO-3); empty = in the flow's process",
+    )
+
+    @model_validator(mode="after")
+    def _no_kl(self) -> TrainConfig:
+        if self.beta != 0:
+            raise ValueError(
+                f"train.beta: {self.beta}: must be 0; the KL term is not implemented (RAO's reference "
+                "uses none, docs/training.md)"
+            )
+        return self
+
+
+@section
+class EvalConfig:
+    """Held-out evaluation after each round (greedy by default, one tree per task)."""
+
+    num_tasks: Int = opt(32, "validation tasks per difficulty", ge=1)
+    difficulty: Difficulties = opt("medium,hard", "difficulties evaluated (comma list)")
+    temperature: Float = opt(0.0, "sampling temperature of evaluation (0 = greedy)", ge=0)
+    samples: Int = opt(
+        1, "trees per held-out task; > 1 needs temperature > 0 (success = mean over them)", ge=1
+    )
+    modes: Modes = opt("single,recursive", "`rao eval --compare`: agent modes compared (comma list)")
+    context_limits: ContextLimits = opt(
+        "", "`rao eval --compare`: max_context_tokens values compared (comma list; empty = agent's)"
+    )
+    trees_to_render: Int = opt(4, "tree viewer pages written and logged per round (0: none)", ge=0)
+
+    @model_validator(mode="after")
+    def _samples(self) -> EvalConfig:
+        if self.samples > 1 and self.temperature == 0:
+            raise ValueError(
+                f"eval.samples: {self.samples}: > 1 needs eval.temperature > 0 (greedy trees are all the same)"
+            )
+        return self
+
+
+@section
+class TrackingConfig:
+    """MLflow. The default is SQLite in runs_dir with a local artifact folder."""
+
+    enabled: StrictBool = opt(True, "log to MLflow")
+    uri: str = opt("", "tracking URI; empty means sqlite:///<runs_dir>/mlflow.db")
+    experiment: str = opt("rao", "MLflow experiment name", min_length=1)
+    log_checkpoints: StrictBool = opt(
+        True, "log each round's checkpoint folder as an artifact (small models)"
+    )
+
+
+@section
+class CampaignConfig:
+    """The training campaign: warm start, then rounds of rollout -> score -> train -> evaluate."""
+
+    rounds: Int = opt(8, "RL rounds of the campaign (`rao round` / the schedule add more)", ge=0)
+    control_arm: StrictBool = opt(
+        False,
+        "also train the single-agent control arm with the same budget (run <run_name>-single: "
+        "agent.mode single, plain group baseline, no depth weighting, lambda 0)",
+    )
+
+
+@section
+class WarmStartConfig:
+    """The warm start trained inside a run (`policy.model=warmstart`) or by `rao warmstart`: SFT of
+    the tiny model on the small profile's scripted expert (docs/small-profile.md). The shipped
+    checkpoint's COMMAND overrides only give_up_rate."""
+
+    seed: Int = opt(0, "seed of the model init, the training worlds and the data order")
+    hidden: Int = opt(128, "model width (0.5-2M parameters train fastest per minute on 2 cores)", ge=32)
+    layers: Int = opt(4, "transformer layers", ge=1)
+    heads: Int = opt(4, "attention heads", ge=1)
+    kv_heads: Int = opt(2, "key/value heads", ge=1)
+    intermediate: Int = opt(384, "MLP width", ge=8)
+    context: Int = opt(2048, "max tokens per node (model positions, runtime budget, SFT max length)", ge=256)
+    recursive_episodes: Int = opt(2500, "expert trees in the recursive shape (several nodes each)", ge=0)
+    flat_episodes: Int = opt(4000, "expert trees in the flat shape (one node each)", ge=0)
+    recursive_tiers: list[Annotated[Int, Field(ge=1, le=6)]] = opt(
+        [2, 3, 3, 4], "target tiers of recursive trees, sampled uniformly", min_length=1
+    )
+    flat_tiers: list[Annotated[Int, Field(ge=1, le=6)]] = opt(
+        [1, 2, 2, 2, 3], "target tiers of flat trees, sampled uniformly", min_length=1
+    )
+    error_rate: Float = opt(
+        0.04, "expert slips per turn (each followed by its repair; slips get no loss)", ge=0, le=1
+    )
+    give_up_rate: Float = opt(
+        0.0,
+        "share of expert sub-agents that fail (quit at once or loop), so parents show recovery",
+        ge=0,
+        le=1,
+    )
+    max_minutes: Float = opt(10.0, "wall-clock budget of training, drill included", gt=0)
+    max_steps: Int = opt(-1, "optimizer steps (-1: until max_minutes or epochs run out)", ge=-1)
+    epochs: Float = opt(4.0, "passes over the data at most", gt=0)
+    batch_size: Int = opt(8, "sequences per optimizer step (small: many steps per minute)", ge=1)
+    lr: Float = opt(2e-3, "peak learning rate (AdamW)", gt=0, lt=1)
+    warmup: Float = opt(0.03, "fraction of the budget spent warming the learning rate up", ge=0, lt=1)
+    decay: Float = opt(0.2, "final fraction of the budget over which the lr decays linearly", ge=0, le=1)
+    min_lr_ratio: Float = opt(0.1, "the decay ends at lr * min_lr_ratio", ge=0, le=1)
+    drill_steps: Int = opt(
+        1500, "stage 0, copy drill: at most this many steps of batch 16 (0: no drill)", ge=0
+    )
+    drill_stop_loss: Float = opt(0.05, "stage 0 ends once its loss is below this", ge=0)
+    drill_mix: Float = opt(
+        0.1, "drill rows mixed into the SFT data (fraction of it): copying stays supported", ge=0
+    )
+    weight_decay: Float = opt(0.0, "AdamW weight decay", ge=0)
+    eval_tasks: Int = opt(100, "held-out tasks per difficulty and mode (0: skip evaluation)", ge=0)
+    eval_difficulties: list[Literal["easy", "medium", "hard", "extreme"]] = opt(
+        ["easy", "medium", "hard", "extreme"], "difficulties to evaluate", min_length=1
+    )
+    eval_seed: Int = opt(0, "seed of the held-out task sample")
+    max_concurrent_trees: Int = opt(64, "trees in flight at once (expert data and evaluation)", ge=1)
+    max_batch_size: Int = opt(64, "engine sequences per decode step", ge=1)
+    threads: Int = opt(
+        1, "torch CPU threads: on a shared 2-core machine 2 threads oversubscribe (5x slower)", ge=1
+    )
+
+    @model_validator(mode="after")
+    def _episodes(self) -> WarmStartConfig:
+        if self.recursive_episodes + self.flat_episodes == 0:
+            raise ValueError("warmstart.flat_episodes: 0: the warm start needs some expert episodes")
+        if self.kv_heads > self.heads or self.heads % self.kv_heads:
+            raise ValueError(
+                f"warmstart.kv_heads: {self.kv_heads}: must divide warmstart.heads ({self.heads})"
+            )
+        return self
+
+
+@section
+class RunConfig:
+    run_name: Annotated[str, AfterValidator(lambda s: _plain_name(s))] = opt(
+        "default", "folder name under runs_dir"
+    )
+    runs_dir: str = opt("runs", "root folder of all runs", min_length=1)
+    suite: Literal["textcraft", "textcraft-small", "oolong", "deepdive"] = opt(
+        "textcraft-small",
+        "task suite: TextCraft-Synth (reference or the tiny-model profile), oolong (long-context "
+        "aggregation) or deepdive (deep search)",
+    )
+    world: WorldConfig = Field(default_factory=WorldConfig)
+    tasks: TaskConfig = Field(default_factory=TaskConfig)
+    deepdive: DeepDiveConfig = Field(default_factory=DeepDiveConfig)
+    oolong: OolongConfig = Field(default_factory=OolongConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    scoring: ScoringConfig = Field(default_factory=ScoringConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    campaign: CampaignConfig = Field(default_factory=CampaignConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    warmstart: WarmStartConfig = Field(default_factory=WarmStartConfig)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.runs_dir) / self.run_name
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> RunConfig:
+        """Rules between sections; each message names the key, its value and the rule."""
+        p, j, r = self.policy, self.judge, self.rollout
+        rules = [
+            (p.kind != "openai" or bool(p.base_url), "policy.base_url", p.base_url, "needed by policy.kind openai"),
+            (j.kind in ("none", "scripted") or bool(j.model), "judge.model", j.model, f"needed by judge.kind {j.kind}"),
+            (j.kind != "openai" or bool(j.base_url), "judge.base_url", j.base_url, "needed by judge.kind openai"),
+            (r.shards <= r.num_tasks, "rollout.shards", r.shards, f"must be <= rollout.num_tasks ({r.num_tasks})"),
+            (
+                r.group_size >= 2 or self.scoring.single_tree_groups == "zero_baseline",
+                "rollout.group_size", r.group_size,
+                "must be >= 2: with one tree per task every group is skipped and nothing is trained "
+                "(or set scoring.single_tree_groups=zero_baseline)",
+            ),
+        ]  # fmt: skip
+        for ok, key, value, why in rules:
+            if not ok:
+                raise ValueError(f"{key}: {value!r}: {why}")
+        return self
+
+
+def _plain_name(name: str) -> str:
+    if "/" in name or name in ("", ".", ".."):
+        raise ValueError("must be a plain folder name")
+    return name

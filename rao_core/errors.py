@@ -1,0 +1,33 @@
+"""Failures of the machine, not of the policy.
+
+An engine that runs out of memory or whose server is gone, a REPL worker that cannot start, a
+judge that cannot be reached, a suite scorer that raises: none of these says anything about the
+policy's actions. A node that meets one ends with status `infra_error` (after retries), its tree is
+marked `infra_error` and dropped from its group like a timed-out tree, and the round counts them.
+Policy failures (bad cells, loops, context overflow, a cell that crashes its REPL) stay policy
+failures.
+"""
+
+from __future__ import annotations
+
+
+class InfrastructureError(RuntimeError):
+    """A component failed to serve; `kind` names which (engine, sandbox, judge, scorer, internal)."""
+
+    kind = "internal"
+
+    def __init__(self, message: str, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind or self.kind
+
+
+class EngineError(InfrastructureError):
+    kind = "engine"
+
+
+class SandboxStartError(InfrastructureError):
+    kind = "sandbox"
+
+
+class JudgeError(InfrastructureError):
+    kind = "judge"

@@ -1,0 +1,166 @@
+"""What a run folder was made with, and which configuration changes a resumed run may bring.
+
+A run folder keeps its resolved configuration (config.yaml). Resuming with another one is safe
+only where the change cannot alter a stage that already completed: completed stages are reused
+as they are (their outputs are never recomputed), so a changed `scoring.lam` would silently keep
+the old scores. So, on resume:
+
+- a change to a setting that completed stages depend on is refused, with one line listing the keys,
+  unless the user starts a new branch of rounds (`rao train --branch NAME [--from-round N]`): a
+  new run folder that shares rounds < N with this one and runs the rest with the new settings;
+- a change that only affects what has not run yet (more rounds, where the engine runs, tracking)
+  is allowed and recorded in config_history.jsonl with the first round that uses it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rao_core.config import ConfigError, RunConfig, save_config, to_dict
+from rao_core.config.loading import SECTIONS
+from rao_core.models.paths import warmstart_dir
+from rao_core.store.parquet import is_complete
+
+# Settings that no completed stage depends on: scheduling, placement, where servers live, tracking,
+# and what is decided per round or per command.
+FREE = (
+    "run_name", "runs_dir", "campaign.rounds", "campaign.control_arm", "tracking.",
+    "rollout.round", "rollout.policy_version", "rollout.shards", "rollout.runner", "rollout.ray_address",
+    "rollout.num_cpus_per_shard", "rollout.num_gpus_per_shard", "rollout.max_concurrent_trees",
+    "policy.device", "policy.max_batch_size", "policy.max_batch_tokens", "policy.tensor_parallel_size",
+    "policy.gpu_memory_utilization", "policy.retries", "policy.base_url", "policy.api_key_env",
+    "policy.served_model", "judge.base_url", "judge.api_key_env", "judge.retries",
+    "judge.gpu_memory_utilization", "eval.modes", "eval.context_limits", "eval.trees_to_render",
+    "train.accelerate_config", "train.device",
+)  # fmt: skip
+HISTORY = "config_history.jsonl"
+
+
+def flatten(data: dict) -> dict[str, Any]:
+    """{'agent': {'max_depth': 6}} -> {'agent.max_depth': 6}; field values (lists, dicts) stay whole."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in SECTIONS and isinstance(value, dict):
+            out.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            out[key] = value
+    return out
+
+
+def changes(old: dict, new: dict) -> dict[str, tuple[Any, Any]]:
+    """Keys whose value differs. A key the old file lacks took the default of its day: assumed equal
+    to today's (a key the new configuration lacks was retired, and is ignored)."""
+    before, after = flatten(old), flatten(new)
+    return {k: (before[k], v) for k, v in after.items() if k in before and before[k] != v}
+
+
+def is_free(key: str) -> bool:
+    return any(key == f or (f.endswith(".") and key.startswith(f)) for f in FREE)
+
+
+def irrelevant(key: str, old: dict, new: dict) -> bool:
+    """Sections that neither configuration uses: the warm start of a run that did not train one."""
+    if key.startswith("warmstart."):
+        return old.get("policy", {}).get("model") != "warmstart" and new["policy"]["model"] != "warmstart"
+    if key.startswith("judge."):
+        return old.get("judge", {}).get("kind", "none") == "none" and new["judge"]["kind"] == "none"
+    return False
+
+
+def completed_any(run_dir: Path) -> bool:
+    """Has any stage of this run completed (data, warm start, a rollout, an evaluation)?"""
+    return (
+        (run_dir / "data").is_dir()
+        or (warmstart_dir(run_dir) / "metrics.json").is_file()
+        or any(is_complete(p) for folder in ("rollouts", "eval") for p in (run_dir / folder).glob("round=*"))
+    )
+
+
+def stored_config(run_dir: Path) -> dict | None:
+    path = run_dir / "config.yaml"
+    data = yaml.safe_load(path.read_text()) if path.is_file() else None
+    return data if isinstance(data, dict) else None
+
+
+def check_resume(cfg: RunConfig) -> dict[str, tuple[Any, Any]]:
+    """The changes against the run folder's stored configuration; ConfigError when one of them
+    would alter a completed stage. Reads only: safe for `rao train --check`."""
+    old = stored_config(cfg.run_dir)
+    if old is None:
+        return {}
+    new = to_dict(cfg)
+    if old.get("suite", cfg.suite) != cfg.suite:
+        raise ConfigError(
+            f"run_name: {cfg.run_dir} holds a {old['suite']} run, this configuration is {cfg.suite}; "
+            "choose another run_name (or remove the folder)"
+        )
+    diff = {k: v for k, v in changes(old, new).items() if not irrelevant(k, old, new)}
+    blocking = [k for k in diff if not is_free(k)]
+    if blocking and completed_any(cfg.run_dir):
+        listed = ", ".join(f"{k} ({diff[k][0]!r} -> {diff[k][1]!r})" for k in blocking)
+        raise ConfigError(
+            f"run_name: {cfg.run_dir} has completed stages made with other settings: {listed}; "
+            f"use a new run_name, or branch: rao train --branch NEW_NAME [--from-round N] ..."
+        )
+    return diff
+
+
+def record(cfg: RunConfig, diff: dict[str, tuple[Any, Any]], first_round: int, **extra: Any) -> None:
+    """Save the configuration and, when it changed, a line of history naming the first round it applies to."""
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    if diff or extra:
+        entry = {"round": first_round, "time": time.time(), "changes": {k: list(v) for k, v in diff.items()}}
+        with (cfg.run_dir / HISTORY).open("a") as f:
+            f.write(json.dumps({**entry, **extra}, default=str) + "\n")
+    save_config(cfg, cfg.run_dir / "config.yaml")
+
+
+def history(run_dir: Path) -> list[dict]:
+    path = run_dir / HISTORY
+    return [json.loads(line) for line in path.read_text().splitlines() if line] if path.is_file() else []
+
+
+def _link_tree(src: Path, dest: Path) -> None:
+    """Copy a folder by hard links (files are never modified in place, so sharing them is safe)."""
+    shutil.copytree(src, dest, copy_function=_link_or_copy, dirs_exist_ok=True)
+
+
+def _link_or_copy(src: str, dest: str) -> None:
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copy2(src, dest)
+
+
+def branch(source: RunConfig, cfg: RunConfig, from_round: int) -> None:
+    """Start run `cfg.run_name` as a branch of `source`'s run: it shares the data, the warm start and
+    rounds < from_round (rollouts, scores, checkpoints up to version from_round); evaluations are
+    shared only when `eval.*` did not change. The branch then runs with `cfg`."""
+    src, dest = source.run_dir, cfg.run_dir
+    if dest.exists():
+        raise ConfigError(f"--branch: {dest} exists already; choose another name")
+    if not (src / "config.yaml").is_file():
+        raise ConfigError(f"--branch: no run at {src} to branch from")
+    old = stored_config(src) or {}
+    diff = changes(old, to_dict(cfg))
+    same_eval = not any(k.startswith("eval.") and not is_free(k) for k in diff)
+    for name in ("data", "checkpoints/warmstart"):
+        if (src / name).is_dir():
+            _link_tree(src / name, dest / name)
+    for r in range(from_round):
+        for part in (f"rollouts/round={r}", f"scores/round={r}", f"checkpoints/round-{r + 1}"):
+            if not (src / part).is_dir():
+                raise ConfigError(f"--from-round: {from_round}: round {r} of {src} is not complete ({part})")
+            _link_tree(src / part, dest / part)
+    if same_eval:
+        for v in range(from_round + 1):
+            if is_complete(src / f"eval/round={v}"):
+                _link_tree(src / f"eval/round={v}", dest / f"eval/round={v}")
+    record(cfg, diff, from_round, branch_of=str(src), from_round=from_round)
