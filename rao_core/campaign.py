@@ -252,10 +252,12 @@ def train_line(cfg: RunConfig, round_: int) -> str:
 
 
 def eval_line(cfg: RunConfig, version: int, summary: dict[str, Any]) -> str:
-    cells = ", ".join(
-        f"{d} {m['success']:.3f}" for d, m in summary.items() if isinstance(m, dict) and "success" in m
+    cells = {d: m for d, m in summary.items() if isinstance(m, dict) and "success" in m}
+    order = [d for d in cells if d != "all"] + ["all"] * ("all" in cells)
+    text = ", ".join(f"{d} {cells[d]['success']:.3f}" for d in order)
+    return (
+        f"{cfg.run_name} v{version} held-out success: {text} ({cells.get('all', {}).get('trees', 0)} trees)"
     )
-    return f"{cfg.run_name} v{version} held-out success: {cells}"
 
 
 # -- where a run stands ------------------------------------------------------------------------

@@ -54,3 +54,103 @@ def test_shipped_configs_load():
     assert configs
     for path in configs:
         load_config(path, check_files=False)  # their checkpoints live on GPU machines
+
+
+# --- every field validated at load: `rao train --check` ------------------------------------------
+BAD = [  # (override, key the one-line error must name)
+    ("rollout.max_concurrent_trees=0", "rollout.max_concurrent_trees"),  # hung the rollout forever
+    ("rollout.group_size=1", "rollout.group_size"),  # trained nothing, silently
+    ("train.bf16=maybe", "train.bf16"),
+    ("train.lr=-1", "train.lr"),
+    ("train.betas=[5]", "train.betas"),
+    ("train.betas=[0.9, 0.95, 0.99]", "train.betas"),
+    ("agent.reply_format=nonsense", "agent.reply_format"),
+    ("train.beta=0.1", "train.beta"),  # the KL term is not implemented: refused, not crashed on
+    ("train.temperature=0.7", "train.temperature"),  # one source of truth: the recorded one
+    ("train.loss_type=ppo", "train.loss_type"),
+    ("train.steps_per_round=0", "train.steps_per_round"),
+    ("train.max_tokens_per_microbatch=0", "train.max_tokens_per_microbatch"),
+    ("train.clip_high=0", "train.clip_high"),
+    ("train.device=tpu", "train.device"),
+    ("train.accelerate_config=/no/such.yaml", "train.accelerate_config"),
+    ("policy.temperature=-0.5", "policy.temperature"),
+    ("policy.kind=vllmm", "policy.kind"),
+    ("policy.model=/no/such/checkpoint", "policy.model"),
+    ("policy.kind=openai", "policy.base_url"),
+    ("policy.retries=0", "policy.retries"),
+    ("agent.max_steps=0", "agent.max_steps"),
+    ("agent.max_new_tokens=4096", "agent.max_new_tokens"),  # leaves no room in a 2048-token context
+    ("agent.cell_timeout_s=0", "agent.cell_timeout_s"),
+    ("agent.loop_guard=1", "agent.loop_guard"),
+    ("sandbox.memory_mb=64", "sandbox.memory_mb"),
+    ("sandbox.seccomp=perhaps", "sandbox.seccomp"),
+    ("scoring.lam=-0.1", "scoring.lam"),
+    ("scoring.unfinished_roots=maybe", "scoring.unfinished_roots"),
+    ("eval.num_tasks=0", "eval.num_tasks"),
+    ("eval.difficulty=medium,impossible", "eval.difficulty"),
+    ("eval.context_limits=2048,abc", "eval.context_limits"),
+    ("campaign.rounds=1.5", "campaign.rounds"),
+    ("campaign.control_arm=3", "campaign.control_arm"),
+    ("tracking.enabled=no please", "tracking.enabled"),
+    ("warmstart.lr=0", "warmstart.lr"),
+    ("warmstart.kv_heads=3", "warmstart.kv_heads"),
+    ("world.domains=9", "world.domains"),
+    ("suite=minecraft", "suite"),
+    ("rollout=4", "rollout"),
+    ("rollout.shards=0", "rollout.shards"),
+]
+
+
+@pytest.mark.timeout(150)  # 5 s a case at most, as a whole: validation does no work
+@pytest.mark.parametrize("override, key", BAD, ids=[o for o, _ in BAD])
+def test_bad_settings_are_refused_at_load_in_one_line(tmp_path, capsys, override, key):
+    from rao_core.cli import main
+
+    code = main(["train", "--check", "--set", f"runs_dir={tmp_path}", "--set", override])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith(f"config error: {key}")
+    assert list(tmp_path.iterdir()) == []  # no run folder, nothing written
+
+
+def test_check_prints_the_resolved_config_and_runs_nothing(tmp_path, capsys):
+    import yaml
+
+    from rao_core.cli import main
+
+    assert (
+        main(["train", "--check", "--set", f"runs_dir={tmp_path}", "--set", "eval.context_limits=2048"]) == 0
+    )
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["eval"]["context_limits"] == "2048" and printed["train"]["lr"] == 1.5e-4
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_validation_loads_neither_torch_nor_prefect(tmp_path):
+    """Why --check is quick: a bad setting is refused before any heavy import."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom rao_core.cli import main\n"
+        f"rc = main(['train', '--check', '--set', 'runs_dir={tmp_path}', '--set', 'train.lr=-1'])\n"
+        "print(rc, 'torch' in sys.modules, 'prefect' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["2", "False", "False"], out.stderr
+
+
+@pytest.mark.parametrize("value", ["2048", "[1024, 2048]", "1024,2048"])
+def test_a_list_field_takes_one_value_or_many(value):
+    cfg = load_config(overrides=[f"eval.context_limits={value}"])
+    assert cfg.eval.context_limits in ("2048", "1024,2048")
+
+
+def test_replace_cannot_make_a_bad_config():
+    import dataclasses
+
+    from pydantic import ValidationError
+
+    cfg = load_config()
+    with pytest.raises(ValidationError):
+        dataclasses.replace(cfg.rollout, max_concurrent_trees=0)

@@ -7,6 +7,7 @@ checkpoints, metrics, artifacts, resume), not learning, which the main job shows
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,6 +52,18 @@ def overrides(tmp_path: Path, *extra: str) -> list[str]:
     return [f"runs_dir={tmp_path}", *CAMPAIGN, *extra]
 
 
+async def flow_run_logs(flow_run_id) -> list[str]:
+    """Every log line of a flow run and its task runs, as the UI's log tab shows them."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogWorker
+
+    await APILogWorker.drain_all()  # logs reach the server in batches: send what is queued
+    async with get_client() as c:
+        logs = await c.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])), limit=200)
+    return [log.message for log in logs]
+
+
 def mlflow_runs(cfg):
     client = MlflowClient(tracking.tracking_uri(cfg))
     exp = client.get_experiment_by_name(cfg.tracking.experiment)
@@ -62,7 +75,8 @@ def test_train_flow_end_to_end(prefect_server, tmp_path):
 
     ov = overrides(tmp_path)
     cfg = load_config(overrides=ov)
-    summary = train_flow(overrides=ov)
+    state = train_flow(overrides=ov, return_state=True)
+    summary = state.result()
     assert set(summary) == {"v0", "v1", "v2"}
     for r in (0, 1):
         rows = pq.read_table(cfg.run_dir / "rollouts" / f"round={r}" / "nodes.parquet").to_pylist()
@@ -98,6 +112,18 @@ def test_train_flow_end_to_end(prefect_server, tmp_path):
     keys = asyncio.run(artifact_keys())
     assert campaign.artifact_key(cfg, "round", 1) in keys
     assert campaign.artifact_key(cfg, "learning-curves") in keys
+
+    # The campaign's MLflow run is closed, and each stage told the flow run's log what it did.
+    assert client.get_run(parent[0].info.run_id).info.status == "FINISHED"
+    logs = asyncio.run(flow_run_logs(state.state_details.flow_run_id))
+    for pattern in (
+        r"round 1 rollout: 4 trees, \d+ nodes, root success [\d.]+, max depth \d+, "
+        r"infrastructure failures 0 trees \(0 nodes\), [\d.]+ s",
+        r"round 1 score: \d+ of \d+ nodes trained, 4 trees; dropped trees by reason: ",
+        r"round 1 train: loss -?[\d.]+, \d+ tokens \(\d+ action\), \d+ steps, mean ratio [\d.]+, [\d.]+ s",
+        r"v2 held-out success: easy [\d.]+, all [\d.]+",
+    ):
+        assert any(re.search(pattern, line) for line in logs), pattern
 
     # A second run of a finished campaign does nothing: no new rows, runs or checkpoints.
     stamp = (cfg.run_dir / "rollouts" / "round=1" / "nodes.parquet").stat().st_mtime_ns
@@ -142,7 +168,10 @@ def test_bad_config_fails_before_any_work(tmp_path, capsys):
     from rao_core.cli import main
 
     assert main(["train", "--set", f"runs_dir={tmp_path}", "--set", "campaign.rounds=-1"]) == 2
-    assert capsys.readouterr().err.strip() == "config error: campaign.rounds: -1: input should be greater than or equal to 0"
+    assert (
+        capsys.readouterr().err.strip()
+        == "config error: campaign.rounds: -1: input should be greater than or equal to 0"
+    )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -233,3 +262,49 @@ def test_serve_registers_every_flow_with_the_run_parameters():
     assert deps["compare"].parameters["compare"] is True
     assert [s.schedule.interval.total_seconds() for s in deps["next-round"].schedules] == [1800.0]
     assert not deps["train"].schedules
+
+
+def test_campaign_status_in_mlflow(tmp_path):
+    """FINISHED when the campaign ends, FAILED on an error, KILLED on an interrupt, RUNNING again
+    while rounds are added (real MLflow on SQLite)."""
+    cfg = load_config(overrides=overrides(tmp_path))
+    client = MlflowClient(tracking.tracking_uri(cfg))
+    run_id = tracking.campaign_run_id(cfg)
+    status = lambda: client.get_run(run_id).info.status  # noqa: E731
+    with tracking.campaign_status([cfg]):
+        assert status() == "RUNNING"
+    assert status() == "FINISHED"
+    with pytest.raises(RuntimeError), tracking.campaign_status([cfg]):
+        assert status() == "RUNNING"  # reopened: a finished campaign gets more rounds
+        raise RuntimeError("a stage failed")
+    assert status() == "FAILED"
+    with pytest.raises(KeyboardInterrupt), tracking.campaign_status([cfg]):
+        raise KeyboardInterrupt
+    assert status() == "KILLED"
+
+
+WARMSTART = [  # a warm start of about half a minute: tiny data, a short budget, no evaluation
+    "warmstart.recursive_episodes=16", "warmstart.flat_episodes=16", "warmstart.max_minutes=0.25",
+    "warmstart.drill_steps=20", "warmstart.eval_tasks=0", "warmstart.hidden=64", "warmstart.intermediate=128",
+]  # fmt: skip
+
+
+def test_a_warm_start_trained_inside_the_run(prefect_server, tmp_path):
+    """policy.model=warmstart: the run trains its own version 0 with the warmstart.* settings
+    (reachable with --set), rolls out from it and trains version 1 on top."""
+    from flows.training import train_flow
+
+    ov = [
+        f"runs_dir={tmp_path}", "policy.model=warmstart", *WARMSTART, "rollout.num_tasks=2",
+        "rollout.group_size=2", "rollout.difficulty=easy", "agent.max_steps=4", "eval.num_tasks=2",
+        "eval.difficulty=easy", "campaign.rounds=1", "tracking.log_checkpoints=false",
+        "scoring.zero_advantage_groups=keep", "scoring.single_tree_groups=zero_baseline",
+    ]  # fmt: skip
+    cfg = load_config(overrides=ov)
+    assert set(train_flow(overrides=ov)) == {"v0", "v1"}
+    v0 = cfg.run_dir / "checkpoints" / "warmstart" / "model"
+    assert campaign.initial_model(cfg) == v0 and campaign.checkpoint_complete(v0)
+    metrics = (cfg.run_dir / "checkpoints" / "warmstart" / "metrics.json").read_text()
+    assert '"recursive_episodes": 16' in metrics and '"hidden": 64' in metrics  # the run's settings
+    train = (campaign.checkpoint_dir(cfg, 1) / "metrics.json").read_text()
+    assert f'"model_path": "{v0}"' in train  # version 1 was trained from the run's own warm start

@@ -151,7 +151,9 @@ def test_cli_rollout_and_bad_config(toy, capsys, tmp_path):
     assert is_complete(rollout_dir(cfg, 0))
     code = main(["rollout", "--set", "agent.max_steps=zero"])
     err = capsys.readouterr().err
-    assert code == 2 and err.strip() == "config error: agent.max_steps: 'zero': input should be a valid integer"
+    assert (
+        code == 2 and err.strip() == "config error: agent.max_steps: 'zero': input should be a valid integer"
+    )
     code = main(
         ["rollout", *_flags([f"runs_dir={tmp_path}", *TOY, "rollout.difficulty=extreme", "run_name=other"])]
     )

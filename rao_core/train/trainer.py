@@ -178,6 +178,7 @@ class RAOTrainer(GRPOTrainer):
         self._optimizer_state = optimizer_state
         self._inputs: dict[str, torch.Tensor] | None = None
         self.stats: dict[str, float] = defaultdict(float)
+        self.first_step_diffs: list[torch.Tensor] = []  # |trainer - sampler log-prob| before any update
         self.step_losses: list[float] = []
         super().__init__(
             model=model,
@@ -225,11 +226,15 @@ class RAOTrainer(GRPOTrainer):
             old = inputs["old_per_token_logps"].to(cur.dtype)
             old = torch.where(inputs["sampler_missing"][:, None], cur, old)
             inputs["old_per_token_logps"] = old
-            self._record_ratios(cur, old, inputs["completion_mask"] * inputs["tool_mask"])
+            self._record_ratios(
+                cur, old, inputs["completion_mask"] * inputs["tool_mask"], inputs["sampler_missing"]
+            )
         return logps, entropies, aux
 
     @torch.no_grad()
-    def _record_ratios(self, cur: torch.Tensor, old: torch.Tensor, mask: torch.Tensor) -> None:
+    def _record_ratios(
+        self, cur: torch.Tensor, old: torch.Tensor, mask: torch.Tensor, missing: torch.Tensor
+    ) -> None:
         m = mask.bool()
         ratio = torch.exp(cur - old)[m].float()
         if self.loss_type in ("cispo", "vespo"):
@@ -238,8 +243,15 @@ class RAOTrainer(GRPOTrainer):
             clipped = (ratio < 1 - self.epsilon_low) | (ratio > 1 + self.epsilon_high)
         self.stats["tokens"] += float(m.sum())
         self.stats["ratio_sum"] += float(ratio.sum())
+        self.stats["ratio_sq_sum"] += float((ratio**2).sum())
         self.stats["clipped"] += float(clipped.sum())
         self.stats["logp_sum"] += float(cur[m].sum())
+        sampled = m & ~missing[:, None]  # rows with the sampler's own log-probs
+        if self.state.global_step == 0:  # before any update: sampler against trainer, same weights
+            diff = (cur - old)[sampled].float().abs()
+            self.first_step_diffs.append(diff.cpu())
+            self.stats["first_tokens"] += float(sampled.sum())
+            self.stats["first_diff_sum"] += float(diff.sum())
 
     def _compute_loss(self, model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """TRL's loss, unchanged; we only keep a handle on the inputs and sum the step's loss."""
@@ -262,6 +274,20 @@ def _sum_over_ranks(trainer: RAOTrainer, values: list[float]) -> list[float]:
     if acc.num_processes == 1:
         return values
     return acc.reduce(torch.tensor(values, dtype=torch.float64, device=acc.device), reduction="sum").tolist()
+
+
+def sampler_mismatch(diffs: list[torch.Tensor], diff_sum: float, tokens: float) -> dict[str, float]:
+    """How far the sampler's log-probs are from the trainer's recomputation at the same weights (the
+    first optimiser step's tokens; rows with sampler log-probs only): mean over every process, p99
+    and max over this one's. Near 0 when sampler and trainer agree (same model, same temperature)."""
+    if not tokens:
+        return {}
+    values = torch.cat(diffs) if diffs else torch.zeros(1)
+    return {
+        "logprob_diff_mean": diff_sum / tokens,
+        "logprob_diff_p99": float(torch.quantile(values.double(), 0.99)) if values.numel() else 0.0,
+        "logprob_diff_max": float(values.max()),
+    }
 
 
 def _trained_model(trainer: RAOTrainer, lora: bool) -> PreTrainedModel | None:
@@ -346,10 +372,11 @@ def train_rows(
     trainer.train()
     seconds = time.perf_counter() - t0
     grad_norms = [h["grad_norm"] for h in trainer.state.log_history if "grad_norm" in h]
-    keys = ("tokens", "ratio_sum", "clipped", "logp_sum")
+    keys = ("tokens", "ratio_sum", "ratio_sq_sum", "clipped", "logp_sum", "first_tokens", "first_diff_sum")
     totals = _sum_over_ranks(trainer, [trainer.stats[k] for k in keys] + trainer.step_losses)
     s = dict(zip(keys, totals, strict=False))
     step_losses = [x / world_size for x in totals[len(keys) :]]  # each rank's loss is its share x W
+    n = max(s["tokens"], 1.0)
     used = sorted({i for step in plan for mb in step for i in mb})
     all_tokens = sum(rows[i].length for i in used)
     metrics.update(
@@ -367,6 +394,8 @@ def train_rows(
         seconds=seconds,
         tokens_per_s=all_tokens / seconds,
         mean_ratio=s["ratio_sum"] / max(s["tokens"], 1.0),
+        ratio_std=math.sqrt(max(0.0, s["ratio_sq_sum"] / n - (s["ratio_sum"] / n) ** 2)),
+        **sampler_mismatch(trainer.first_step_diffs, s["first_diff_sum"], s["first_tokens"]),
         clipped_fraction=s["clipped"] / max(s["tokens"], 1.0),
         mean_action_logp=s["logp_sum"] / max(s["tokens"], 1.0),
         loss_type=cfg.loss_type,

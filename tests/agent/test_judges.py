@@ -366,7 +366,9 @@ def test_judge_errors_and_latency_never_hold_the_tree():
     assert root.status == "finished" and root.success == 1.0
     assert (good.success, good.success_source) == (1.0, "judge")
     assert (bad.success, bad.success_source) == (0.0, "judge")
-    assert json.loads(bad.judge_verdict)["error"] == "JudgeError: scripted: RuntimeError: judge server went away"
+    assert (
+        json.loads(bad.judge_verdict)["error"] == "JudgeError: scripted: RuntimeError: judge server went away"
+    )
     # a failed judge is the machine's fault: the tree leaves training, counted as a judge failure
     assert nodes["tree"].status == "infra_error" and [k for k, _ in nodes["tree"].infra_failures] == ["judge"]
     # the root got its children's answers and finished before any verdict came back

@@ -431,8 +431,12 @@ def test_single_agent_expert_is_flat_and_correct(tmp_path):
     from rao_core.rollout import load_round, rollout_round
 
     cfg = toy_config(
-        tmp_path, *DD, "agent.mode=single", "rollout.group_size=1",
-        "scoring.single_tree_groups=zero_baseline", "agent.reply_format=markdown"
+        tmp_path,
+        *DD,
+        "agent.mode=single",
+        "rollout.group_size=1",
+        "scoring.single_tree_groups=zero_baseline",
+        "agent.reply_format=markdown",
     )
     rollout_round(cfg)
     rows = load_round(cfg, 0).to_pylist()

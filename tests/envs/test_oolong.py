@@ -321,7 +321,10 @@ def test_suite_defaults_and_shipped_config():
     assert shipped.suite == "oolong" and (shipped.scoring.lam, shipped.agent.max_depth) == (0.4, 2)
     with pytest.raises(ConfigError, match="oolong.difficulty_tokens.tiny: 'tiny': input should be 'easy'"):
         load_config(overrides=["oolong.difficulty_tokens={tiny: [1000]}"])
-    with pytest.raises(ConfigError, match=r"oolong.difficulty_tokens.easy\[0\]: 100: input should be greater than or equal to 256"):
+    with pytest.raises(
+        ConfigError,
+        match=r"oolong.difficulty_tokens.easy\[0\]: 100: input should be greater than or equal to 256",
+    ):
         load_config(overrides=["oolong.difficulty_tokens={easy: [100]}"])
 
 
