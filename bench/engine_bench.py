@@ -1,16 +1,18 @@
-"""Benchmark: does HFEngine turn many concurrent agent nodes into efficient batches?
+"""Benchmark: do the engines turn many concurrent agent nodes into efficient batches?
 
 The same tiny untrained model (the bootstrap config, 0.85M parameters) runs three ways:
   (a) engine: N real TextCraft trees at once through rao_core.agent.tree.TreeRun, the engine as
       the policy (the model writes garbage, so every turn ends in an error observation that is
-      appended to the prompt: growing prompts, several turns per node, sandboxes running);
+      appended to the prompt: growing prompts, several turns per node, sandboxes running); with
+      `--engines hf,vllm` once through each engine (vLLM: the managed server of .venv-vllm, started
+      before the clock runs), the same trees and seeds;
   (b) one at a time: the first few of those trees again, one after another (one request in flight;
       timed while waiting for replies only, so sandbox time does not count against it);
   (c) flat: one lockstep batched decode of N sequences with a KV cache and nothing else (the
       throughput limit of batching N sequences on this machine).
-Tokens/s counts sampled tokens only. Goals: (a) >= 5x (b), and (a) >= 0.7x (c).
+Tokens/s counts sampled tokens only. Goals: (a) >= 5x (b), and (a) >= 0.7x (c); vLLM >= 3x hf.
 
-    .venv/bin/python bench/engine_bench.py [--trees 32 --turns 4 --new 64 --prefix-cache-tokens 0]
+    .venv/bin/python bench/engine_bench.py [--engines hf,vllm] [--trees 32 --turns 4 --new 64]
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ class Recorder(Policy):
     """Keeps the requests, and the seconds spent waiting for replies."""
 
     def __init__(self, inner: Policy) -> None:
-        self.inner, self.requests, self.seconds = inner, [], 0.0
+        self.inner, self.requests, self.seconds, self.tokens = inner, [], 0.0, 0
         self.first, self.last = float("inf"), 0.0
 
     async def generate(self, request: GenerationRequest) -> Generation:
@@ -47,18 +49,20 @@ class Recorder(Policy):
         start = time.perf_counter()
         self.first = min(self.first, start)
         try:
-            return await self.inner.generate(request)
+            reply = await self.inner.generate(request)
+            self.tokens += len(reply.token_ids or [])
+            return reply
         finally:
             self.last = time.perf_counter()
             self.seconds += self.last - start
 
 
-def run_trees(model, tok, n_trees: int, turns: int, new: int, concurrent: bool, **engine_kw):
+def run_trees(model, tok, n_trees: int, turns: int, new: int, concurrent: bool, engine=None, **engine_kw):
     """Real TextCraft trees with the engine as policy: all at once, or one tree after another."""
     world = generate_world(WorldConfig())
     tasks = [t for t in make_tasks(world, TaskConfig()) if t.difficulty == "medium"]
     cfg = AgentConfig(max_steps=turns, max_new_tokens=new, max_context_tokens=4096, tree_timeout_s=900)
-    engine = HFEngine(model, tok, **engine_kw)
+    engine = engine or HFEngine(model, tok, **engine_kw)
     policy, chat = Recorder(engine), ChatFraming(tok)
     trees = [
         TreeRun(TreeSpec(t.task_id, 0, env_from_task(world, t)), policy, chat, cfg, SandboxConfig(), 1.0)
@@ -110,6 +114,7 @@ def main() -> None:
     ap.add_argument("--serial", type=int, default=4, help="trees run one after another in (b)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads of the decoding thread")
     ap.add_argument("--prefix-cache-tokens", type=int, default=65536, help="0 turns K/V reuse off")
+    ap.add_argument("--engines", default="hf", help="hf, or hf,vllm: (a) through each (vLLM: make vllm)")
     args = ap.parse_args()
     kw = dict(cpu_threads=args.threads, prefix_cache_tokens=args.prefix_cache_tokens)
     hf_logging.disable_progress_bar()
@@ -155,6 +160,41 @@ def main() -> None:
         f"{tokens / (seconds - prefill):.0f} tokens/s)"
     )
     print(f"engine / one-at-a-time = {a / b:.1f}x (goal >= 5x); engine / flat = {a / c:.2f}x (goal >= 0.7x)")
+    if "vllm" in args.engines.split(","):
+        v = vllm_run(model, tok, args)
+        print(f"vllm / hf = {v / a:.1f}x (goal >= 3x); vllm / flat = {v / c:.1f}x")
+
+
+def vllm_run(model, tok, args) -> float:
+    """(a) again through the managed vLLM server (its own process and cores); returns tokens/s."""
+    import tempfile
+    from pathlib import Path
+
+    from rao_core.config import PolicyConfig
+    from rao_core.engines.vllm import VLLMEngine
+    from rao_core.engines.vllm_server import stop_all
+    from rao_core.models.tiny import save_checkpoint
+
+    with tempfile.TemporaryDirectory() as tmp:
+        save_checkpoint(model, tok, Path(tmp) / "model")
+        t0 = time.perf_counter()
+        engine = VLLMEngine.serving(
+            PolicyConfig(kind="vllm"), Path(tmp) / "model", tok, 4096, Path("/tmp/bench-vllm.log")
+        )
+        print(f"vllm server healthy and verified after {time.perf_counter() - t0:.1f}s")
+        try:
+            seconds, rec, _ = run_trees(model, tok, args.trees, args.turns, args.new, True, engine=engine)
+        finally:
+            stop_all()
+    tokens = sum(len(r.prompt_ids) >= 0 for r in rec.requests)  # requests; tokens come from replies
+    generated = rec.tokens
+    busy = rec.last - rec.first
+    print(
+        f"(a) vllm, {args.trees} concurrent trees x {args.turns} turns: {generated} tokens in {busy:.2f}s "
+        f"from first request to last reply = {generated / busy:.0f} tokens/s ({tokens} requests, "
+        f"{seconds:.2f}s wall clock)"
+    )
+    return generated / busy
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from prefect.task_runners import TaskRunner
 
 from rao_core import campaign, tracking
 from rao_core.config import RunConfig, load_config
+from rao_core.engines.vllm_server import servers_stopped_after
 from rao_core.rollout import rollout_dir
 from rao_core.store.parquet import is_complete
 from tasks import stages
@@ -77,7 +78,8 @@ def train_flow(config: str | None = None, overrides: list[str] | None = None) ->
     arms = campaign.arms(cfg)
     for arm in arms:
         stages.synthesize(arm)
-    with tracking.campaign_status(arms):  # MLflow: RUNNING, then FINISHED / FAILED / KILLED
+    # MLflow: RUNNING, then FINISHED / FAILED / KILLED; a vLLM server lives as long as the campaign
+    with tracking.campaign_status(arms), servers_stopped_after():
         for arm in arms:
             stages.warm_start(arm)
             stages.log_baseline(arm, stages.evaluate(arm, 0))
@@ -96,7 +98,7 @@ def round_flow(config: str | None = None, overrides: list[str] | None = None) ->
     metrics = []
     for arm in arms:
         stages.synthesize(arm)
-    with tracking.campaign_status(arms):
+    with tracking.campaign_status(arms), servers_stopped_after():
         for arm in arms:
             stages.warm_start(arm)
             metrics.append(run_round(arm, campaign.completed_rounds(arm)))
@@ -110,7 +112,8 @@ def rollout_flow(config: str | None = None, overrides: list[str] | None = None) 
     with `rollout.runner=ray`: the scale-out path without training."""
     cfg = _config(config, overrides)
     stages.synthesize(cfg)
-    return rollout(cfg, cfg.rollout.round)
+    with servers_stopped_after():
+        return rollout(cfg, cfg.rollout.round)
 
 
 @flow(name="rao-synthesize")
@@ -128,6 +131,7 @@ def evaluate_flow(
     stages.synthesize(cfg)
     stages.warm_start(cfg)
     version = campaign.completed_rounds(cfg) if version < 0 else version
-    if compare:
-        return stages.compare(cfg, version)
-    return stages.evaluate(cfg, version)
+    with servers_stopped_after():
+        if compare:
+            return stages.compare(cfg, version)
+        return stages.evaluate(cfg, version)

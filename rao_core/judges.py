@@ -302,5 +302,5 @@ def build_judge(cfg: JudgeConfig, run_dir: str | Path | None) -> Judge | None:
         path = str(resolve_model(cfg.model))
         tokenizer, name = load_tokenizer(path), cfg.model
         policy = PolicyConfig(kind=cfg.kind, model=path, gpu_memory_utilization=cfg.gpu_memory_utilization)
-        engine = build_engine(policy, tokenizer)
+        engine = build_engine(policy, tokenizer, role="judge")
     return ModelJudge(engine, tokenizer, name, cfg.max_new_tokens, cfg.temperature, cache, cfg.retries)

