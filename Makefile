@@ -10,7 +10,7 @@ export PREFECT_HOME := $(CURDIR)/.prefect
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 
-.PHONY: install vllm run test test-all lint format bench clean
+.PHONY: install vllm run test test-quick lint format bench clean
 
 install: $(STAMP)
 
@@ -38,13 +38,13 @@ $(VLLM_STAMP): $(VLLM_REQS)
 run: install            ## the main job: the embedded default training campaign (CPU, tiny model, runs/default)
 	.venv/bin/rao train
 
-test: install           ## lint, then the default test suite (no slow or GPU tests)
+test: install vllm      ## lint, then every test this machine can run (all but gpu): what CI runs
 	bash scripts/ensure_chromium.sh
 	.venv/bin/ruff check .
 	$(PY) -m pytest
 
-test-all: install       ## everything that runs on CPU, slow tests included
-	$(PY) -m pytest -m 'not gpu'
+test-quick: install     ## the inner loop: no Prefect-server campaigns, Ray, torchrun, vLLM or Chromium
+	$(PY) -m pytest -m 'not slow and not gpu and not vllm'
 
 lint: install
 	.venv/bin/ruff check .

@@ -179,7 +179,7 @@ def vllm_run(model, tok, args) -> float:
         save_checkpoint(model, tok, Path(tmp) / "model")
         t0 = time.perf_counter()
         engine = VLLMEngine.serving(
-            PolicyConfig(kind="vllm"), Path(tmp) / "model", tok, 4096, Path("/tmp/bench-vllm.log")
+            PolicyConfig(kind="vllm"), Path(tmp) / "model", tok, 4096, Path(tmp) / "vllm.log"
         )
         print(f"vllm server healthy and verified after {time.perf_counter() - t0:.1f}s")
         try:

@@ -26,8 +26,8 @@ from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.sandbox import shutdown_sandboxes
 from rao_core.agent.tree import TreeRun, TreeSpec
 from rao_core.config import RunConfig
+from rao_core.envs.base import select_tasks
 from rao_core.envs.suites import open_suite
-from rao_core.envs.textcraft.tasks import select_tasks
 from rao_core.judges import Judge, build_judge
 from rao_core.models.paths import initial_model
 from rao_core.models.tokenizer import load_tokenizer

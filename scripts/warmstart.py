@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from rao_core.cli import main
+from flows.cli import main
 
 PASS = {"--out": "--out", "--ship": "--ship", "--eval_only": "--eval-only", "--help": "--help", "-h": "-h"}
 

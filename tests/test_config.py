@@ -104,7 +104,7 @@ BAD = [  # (override, key the one-line error must name)
 @pytest.mark.timeout(150)  # 5 s a case at most, as a whole: validation does no work
 @pytest.mark.parametrize("override, key", BAD, ids=[o for o, _ in BAD])
 def test_bad_settings_are_refused_at_load_in_one_line(tmp_path, capsys, override, key):
-    from rao_core.cli import main
+    from flows.cli import main
 
     code = main(["train", "--check", "--set", f"runs_dir={tmp_path}", "--set", override])
     out, err = capsys.readouterr()
@@ -116,7 +116,7 @@ def test_bad_settings_are_refused_at_load_in_one_line(tmp_path, capsys, override
 def test_check_prints_the_resolved_config_and_runs_nothing(tmp_path, capsys):
     import yaml
 
-    from rao_core.cli import main
+    from flows.cli import main
 
     assert (
         main(["train", "--check", "--set", f"runs_dir={tmp_path}", "--set", "eval.context_limits=2048"]) == 0
@@ -132,7 +132,7 @@ def test_validation_loads_neither_torch_nor_prefect(tmp_path):
     import sys
 
     code = (
-        "import sys\nfrom rao_core.cli import main\n"
+        "import sys\nfrom flows.cli import main\n"
         f"rc = main(['train', '--check', '--set', 'runs_dir={tmp_path}', '--set', 'train.lr=-1'])\n"
         "print(rc, 'torch' in sys.modules, 'prefect' in sys.modules)"
     )

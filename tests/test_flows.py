@@ -24,6 +24,8 @@ from rao_core.config import load_config
 from rao_core.store.parquet import is_complete
 from tests.conftest import TOY
 
+pytestmark = pytest.mark.slow  # Prefect's local server, MLflow, SIGKILLed campaigns
+
 ROOT = Path(__file__).resolve().parents[1]
 CAMPAIGN = [
     *TOY,
@@ -154,7 +156,7 @@ def test_control_arm_trains_beside_the_main_arm(prefect_server, tmp_path):
 
 
 def test_a_run_folder_of_another_suite_is_refused(tmp_path, capsys):
-    from rao_core.cli import main
+    from flows.cli import main
 
     old = load_config(overrides=[f"runs_dir={tmp_path}", "suite=textcraft"])
     campaign.prepare(old)  # e.g. an earlier `runs/default` of the reference suite
@@ -166,7 +168,7 @@ def test_a_run_folder_of_another_suite_is_refused(tmp_path, capsys):
 
 
 def test_bad_config_fails_before_any_work(tmp_path, capsys):
-    from rao_core.cli import main
+    from flows.cli import main
 
     assert main(["train", "--set", f"runs_dir={tmp_path}", "--set", "campaign.rounds=-1"]) == 2
     assert (
@@ -190,7 +192,7 @@ def test_kill_and_resume(prefect_server, tmp_path):
     each time, and end with exactly the tables, checkpoints and MLflow runs of an unbroken run."""
     ov = overrides(tmp_path)
     cfg = load_config(overrides=ov)
-    cmd = [sys.executable, "-m", "rao_core.cli", "train"] + [a for o in ov for a in ("--set", o)]
+    cmd = [sys.executable, "-m", "flows.cli", "train"] + [a for o in ov for a in ("--set", o)]
     env = {**os.environ, "PREFECT_API_URL": prefect_server, "HF_HUB_OFFLINE": "1"}
     stops = [
         lambda: (cfg.run_dir / "rollouts").is_dir(),  # round 0 rollout under way (warm start done)

@@ -118,6 +118,7 @@ def check_round(cfg: RunConfig) -> list[dict]:
     return rows
 
 
+@pytest.mark.slow
 def test_sharded_rollout_on_ray_matches_one_local_rollout(ray_cluster, prefect_server, tmp_path):
     from flows.training import rollout_flow
 
@@ -163,6 +164,7 @@ def dying_shard(cfg: RunConfig, round_: int, shard: int) -> str:
     raise AssertionError("unreachable")
 
 
+@pytest.mark.slow
 def test_lost_workers_shards_are_retried_without_duplicates(
     ray_cluster, prefect_server, tmp_path, monkeypatch
 ):

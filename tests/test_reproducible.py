@@ -11,6 +11,8 @@ import pytest
 from rao_core.config import load_config
 from rao_core.rollout import rollout_round
 
+pytestmark = pytest.mark.slow  # two real rounds of the tiny model
+
 ROUND = ["rollout.num_tasks=4", "rollout.group_size=2", "rollout.difficulty=hard", "policy.temperature=1.0"]
 TIMINGS = ("started_at", "ended_at")
 

@@ -52,7 +52,7 @@ def test_before_any_completed_stage_everything_may_change(tmp_path):
 
 
 def test_cli_refuses_before_any_work_and_check_reads_only(tmp_path, capsys):
-    from rao_core.cli import main
+    from flows.cli import main
 
     cfg = completed_round(tmp_path)
     before = sorted(p.relative_to(cfg.run_dir) for p in cfg.run_dir.rglob("*"))

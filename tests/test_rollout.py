@@ -14,7 +14,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from rao_core.cli import main
+from flows.cli import main
 from rao_core.rollout import load_round, rollout_dir, rollout_round, summarize
 from rao_core.store.parquet import clean_temporaries, is_complete, write_partition
 from rao_core.store.schema import NODE_SCHEMA
@@ -96,6 +96,7 @@ def test_interrupted_write_leaves_nothing_visible(tmp_path, monkeypatch):
     assert not dest.exists() and list((tmp_path / "rollouts").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_killed_rollout_never_shows_a_partial_partition(tmp_path):
     """SIGKILL a real `rao rollout` mid-run: either no partition or a complete one, then resume."""
     sets = [
@@ -105,43 +106,59 @@ def test_killed_rollout_never_shows_a_partial_partition(tmp_path):
         "rollout.group_size=2",
         "policy.latency_s=0.05",
     ]
-    args = [sys.executable, "-m", "rao_core.cli", "rollout", "--no-progress", *_flags(sets)]
+    args = [sys.executable, "-m", "flows.cli", "rollout", "--no-progress", *_flags(sets)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    data = tmp_path / "default" / "data" / "textcraft" / "val.parquet"
     deadline = time.time() + 120
-    while not data.exists() and time.time() < deadline:  # wait until the trees are running
-        time.sleep(0.2)
-    time.sleep(1.0)
+    workers: list[int] = []
+    while len(workers) < 2 and proc.poll() is None and time.time() < deadline:  # trees running
+        workers = _descendants(proc.pid)
+        time.sleep(0.05)
+    assert proc.poll() is None and workers, "the rollout ended before it could be killed mid-run"
     proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    assert proc.wait() == -signal.SIGKILL
     rollouts = tmp_path / "default" / "rollouts"
     visible = list(rollouts.glob("round=*")) if rollouts.exists() else []
-    assert all(is_complete(p) for p in visible)
+    assert all(is_complete(p) for p in visible)  # none, or a whole one: never a partial partition
     clean_temporaries(rollouts)
     done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     table = pq.read_table(rollouts / "round=0" / "nodes.parquet")
     assert table.num_rows > 0 and len(set(table.column("node_id").to_pylist())) == table.num_rows
     # no orphaned sandbox workers of the killed run: they die with their orchestrator
-    time.sleep(0.5)
-    assert not [p for p in _python_children_of(proc.pid)]
+    while [p for p in workers if _alive(p)] and time.time() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in workers if _alive(p)]
 
 
 def _flags(sets: list[str]) -> list[str]:
     return [a for s in sets for a in ("--set", s)]
 
 
-def _python_children_of(pid: int) -> list[int]:
-    out = []
+def _descendants(pid: int) -> list[int]:
+    """Every live process below `pid` (the sandbox zygote and its workers)."""
+    parents: dict[int, int] = {}
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
             text = status.read_text()
         except OSError:
             continue
-        if f"PPid:\t{pid}\n" in text:
-            out.append(int(status.parent.name))
-    return out
+        ppid = next(line.split()[1] for line in text.splitlines() if line.startswith("PPid:"))
+        parents[int(status.parent.name)] = int(ppid)
+    found, frontier = [], [pid]
+    while frontier:
+        kids = [p for p, pp in parents.items() if pp in frontier]
+        found += kids
+        frontier = kids
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def test_cli_rollout_and_bad_config(toy, capsys, tmp_path):

@@ -6,6 +6,7 @@ REPL exposes, how a child's environment is forked from its parent's, and whether
 
 from __future__ import annotations
 
+import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
@@ -61,3 +62,12 @@ class Environment(ABC):
     def repl_variables(self) -> dict[str, Any]:
         """JSON values preset as variables in the node's REPL (for example `context`)."""
         return {}
+
+
+def select_tasks(tasks: list, split: str, difficulties: list[str], n: int, seed: int) -> list:
+    """A seeded sample of n tasks of one split and the given difficulties (all of them if n >= pool);
+    any suite's tasks, each with `.split` and `.difficulty`."""
+    pool = [t for t in tasks if t.split == split and t.difficulty in difficulties]
+    if n >= len(pool):
+        return pool
+    return random.Random(seed).sample(pool, n)

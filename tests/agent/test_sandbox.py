@@ -126,11 +126,35 @@ def test_variables_persist_and_layers(method):
     assert r3.status == "crashed" and not alive
 
 
+class AllInFlight(Tools):
+    """`slow` returns only once all three calls are in flight at the same time (else it fails)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight, self.all_in = 0, asyncio.Event()
+
+    async def __call__(self, name: str, args: list, kwargs: dict):
+        self.in_flight += 1
+        if self.in_flight == 3:
+            self.all_in.set()
+        await asyncio.wait_for(self.all_in.wait(), timeout=5.0)  # sequential calls never get here
+        return await super().__call__(name, args, kwargs)
+
+
 def test_gather_of_async_tools_is_concurrent(method):
-    code = "t = time.time()\nr = await asyncio.gather(slow(1), slow(2), slow(b=3))\nprint(r[2]['kwargs'], time.time() - t < 0.5)"
-    (r,) = asyncio.run(cells(["import time\n" + code]))
-    assert r.status == "ok" and r.output == "{'b': 3} True\n", r.output
-    assert r.seconds < 0.5
+    async def main():
+        sb = await start()
+        try:
+            return await sb.run_cell(
+                "r = await asyncio.gather(slow(1), slow(2), slow(b=3))\nprint(r[2]['kwargs'])",
+                AllInFlight(),
+                10,
+            )
+        finally:
+            await sb.close()
+
+    r = asyncio.run(main())
+    assert r.status == "ok" and r.output == "{'b': 3}\n", r.output
 
 
 def test_sync_tools_and_handler_errors():
@@ -347,8 +371,7 @@ def test_hostile_cell_is_contained(name, tmp_path, method):
     if r.status == "ok":  # the worker survived its own cell and goes on
         assert after_bad.output == "still here\n" and bad_alive
     else:
-        assert r.error and after_bad.status == "crashed" and not bad_alive
-        assert r.seconds < 1.4 or r.status == "timeout"  # a forged frame fails fast, never hangs
+        assert r.error and after_bad.status == "crashed" and not bad_alive  # crashed: not hung to the timeout
     assert (b.output, after.output, again.output) == ("42 get\n", "42 slow\n", "fresh\n")
     assert not os.path.exists(_tmp(tmp_path)) and not listener_hit
 

@@ -274,12 +274,13 @@ def test_cancelled_requests_leave_the_batch():
 
     async def go():
         task = asyncio.ensure_future(engine.generate(req(prompts(1)[0], 10_000)))
-        await asyncio.sleep(0.05)
+        while engine.stats.batches < 2:  # prefilled and decoding
+            await asyncio.sleep(0.001)
         task.cancel()
-        await asyncio.sleep(0.3)  # a step already in the executor may still finish (loaded CI)
-        steps = engine.stats.batches
-        await asyncio.sleep(0.2)
-        assert engine.stats.batches == steps  # nothing left to decode
+        st = engine._states[asyncio.get_running_loop()]
+        while st.batch.seqs or st.pending or st.wake.is_set():  # until the runner goes idle
+            await asyncio.sleep(0.001)
+        assert engine._inflight == 0  # the cancelled row left the batch: nothing left to decode
         return await engine.generate(req(prompts(1)[0], 3))
 
     assert len(run(go, engine).token_ids) == 3

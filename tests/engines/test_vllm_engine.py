@@ -27,7 +27,7 @@ from tests.train.test_stage import write_round
 
 pytestmark = pytest.mark.vllm
 TOK = tiny_tokenizer()
-CPU = PolicyConfig(kind="vllm")
+CPU = PolicyConfig(kind="vllm", dtype="float32")  # float32 on CPU and GPU alike: exact agreement
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +107,7 @@ def test_reload_after_a_training_step_serves_the_new_checkpoint(served, tmp_path
 # --- errors that name the fix ---------------------------------------------------------------------
 def setup_error(tmp_path, **policy) -> str:
     save_checkpoint(build_tiny_model(TOK, seed=0), TOK, tmp_path / "m")
-    server = VLLMServer(PolicyConfig(kind="vllm", **policy), 2048, tmp_path / "log")
+    server = VLLMServer(PolicyConfig(kind="vllm", dtype="float32", **policy), 2048, tmp_path / "log")
     try:
         with pytest.raises(VLLMSetupError) as err:
             server.ensure(tmp_path / "m")

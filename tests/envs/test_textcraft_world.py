@@ -8,13 +8,13 @@ import time
 import pytest
 
 from rao_core.config import DIFFICULTIES, TaskConfig, WorldConfig
+from rao_core.envs.base import select_tasks
 from rao_core.envs.textcraft import (
     World,
     base_needs,
     generate_world,
     load_tasks,
     make_tasks,
-    select_tasks,
     simulate,
     solve,
     synthesize,

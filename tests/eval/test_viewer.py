@@ -16,8 +16,8 @@ import duckdb
 import pytest
 
 import rao_core.rollout as rollout
+from flows.cli import main
 from rao_core.agent.policy import Generation, GenerationRequest, Policy
-from rao_core.cli import main
 from rao_core.config import ScoringConfig
 from rao_core.eval.viewer import (
     DASH,
@@ -191,6 +191,7 @@ def chromium(*args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_page_renders_in_chromium_and_no_model_text_runs(run_dir, tmp_path):
     from PIL import Image  # Pillow ships with the pinned stack (mlflow -> matplotlib)
 

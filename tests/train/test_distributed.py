@@ -22,6 +22,7 @@ DDP_CPU = Path(__file__).resolve().parents[2] / "configs" / "accelerate" / "ddp-
 TRAIN = ["train.lr=0.001", "train.max_tokens_per_microbatch=128", "train.steps_per_round=2"]
 
 
+@pytest.mark.slow
 def test_two_processes_give_the_loss_and_weights_of_one(tmp_path, checkpoint, capfd):  # noqa: F811
     cfg = load_config(
         overrides=[

@@ -69,15 +69,3 @@ def write_tasks(tasks: list[Task], path: Path) -> Path:
 def load_tasks(path: Path) -> list[Task]:
     rows = pq.read_table(path, columns=list(COLUMNS)).to_pylist()
     return [Task(**{**r, "answer": json.loads(r["answer"])}) for r in rows]
-
-
-def synthesize(cfg: OolongConfig, out: Path) -> None:
-    """train.parquet and val.parquet; with oolong.real_path, val holds the real rows instead."""
-    write_tasks(make_tasks(cfg, "train"), out / "train.parquet")
-    if cfg.real_path:
-        from rao_core.envs.oolong.real import load_real
-
-        val = load_real(Path(cfg.real_path), cfg)
-    else:
-        val = make_tasks(cfg, "val")
-    write_tasks(val, out / "val.parquet")

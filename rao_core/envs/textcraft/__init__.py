@@ -6,7 +6,6 @@ from rao_core.envs.textcraft.tasks import (
     Task,
     load_tasks,
     make_tasks,
-    select_tasks,
     synthesize,
     write_tasks,
 )
@@ -27,7 +26,6 @@ __all__ = [
     "generate_world",
     "load_tasks",
     "make_tasks",
-    "select_tasks",
     "simulate",
     "solve",
     "synthesize",

@@ -153,11 +153,3 @@ def synthesize(world_cfg: WorldConfig, task_cfg: TaskConfig, out_dir: str | Path
     for split in ("train", "val"):
         paths[split] = write_tasks([t for t in tasks if t.split == split], out_dir / f"{split}.parquet")
     return paths
-
-
-def select_tasks(tasks: list[Task], split: str, difficulties: list[str], n: int, seed: int) -> list[Task]:
-    """A seeded sample of n tasks of one split and the given difficulties (all of them if n >= pool)."""
-    pool = [t for t in tasks if t.split == split and t.difficulty in difficulties]
-    if n >= len(pool):
-        return pool
-    return random.Random(seed).sample(pool, n)

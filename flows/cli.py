@@ -1,9 +1,8 @@
-"""The `rao` command: parse arguments, then call one function of the core.
+"""The `rao` command: parse arguments, then call a flow or one function of the core.
 
-rao rollout [--config run.yaml] [--set agent.max_depth=3 ...]   roll out one round to Parquet
-rao synth   [--config ...] [--set ...]                           write the world and task files
-rao sql "SELECT ..." [--run runs/default]                        query a run's tables read-only
-rao config  [--config ...] [--set ...]                           print the resolved configuration
+It lives with the flows because it starts them (`rao train`, `round`, `eval`, `serve`) and sets up
+Prefect's environment; rao_core never imports Prefect or this package. `rao --help` lists every
+command; README.md shows them with their flags.
 """
 
 from __future__ import annotations
@@ -256,13 +255,39 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from rao_core.doctor import checks
+
+    cfg = load_config(args.config, args.overrides, check_files=False)
+    rows = checks(cfg)
+    table = Table(title="rao doctor")
+    for col in ("component", "found", "status", "needed by this config"):
+        table.add_column(col)
+    for c in rows:
+        status = (
+            "[green]ok[/green]"
+            if c.ok
+            else ("[red]missing[/red]" if c.needed else "[yellow]missing[/yellow]")
+        )
+        table.add_row(c.name, c.found, status, "yes" if c.needed else "-")
+    Console().print(table)
+    missing = [c.name for c in rows if c.needed and not c.ok]
+    if missing:
+        print(f"missing for this configuration: {', '.join(missing)}", file=sys.stderr)
+    return 1 if missing else 0
+
+
 def cmd_sql(args: argparse.Namespace) -> int:
     from rao_core.query import sql_main
 
     return sql_main(args.run, args.query, args.file, args.max_rows)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """Every subcommand with its flags."""
     parser = argparse.ArgumentParser(prog="rao", description="Recursive Agent Optimization")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -333,14 +358,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="HTML file to write (default <run>/viewer/round=R/<tree>.html)")
     p.set_defaults(func=cmd_show)
 
+    p = sub.add_parser("doctor", help="installed components and versions; exit 1 if the config lacks one")
+    _config_args(p)
+    p.set_defaults(func=cmd_doctor)
+
     p = sub.add_parser("sql", help="query a run's tables (nodes, scores, samples) read-only")
     p.add_argument("query", nargs="?", help="the SQL text")
     p.add_argument("--file", help="read the SQL from a file")
     p.add_argument("--run", default="runs/default", help="run folder (default runs/default)")
     p.add_argument("--max-rows", type=int, default=50)
     p.set_defaults(func=cmd_sql)
+    return parser
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     try:
         return args.func(args)
     except ConfigError as e:  # bad input gets one line; RAO_DEBUG=1 shows the traceback instead
