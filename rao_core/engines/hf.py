@@ -34,86 +34,17 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface, DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
-from transformers.cache_utils import DynamicLayer
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rao_core.agent.policy import Generation, GenerationRequest, Policy
+from rao_core.engines.hf_batch import Batch, Prefixes, completes_stop, new_cache
 from rao_core.models.tiny import load_checkpoint, resolve_model
-
-
-def completes_stop(ids: Sequence[int], decode: Callable[[list[int]], str], stops: Sequence[str]) -> bool:
-    """Does the text of `ids` contain a stop string near its end? Decodes only a tail window long
-    enough for the longest stop (every token holds at least one byte), so a per-step check costs
-    O(1); callers check after every token, so the first hit is at the completing token."""
-    if not stops or not ids:
-        return False
-    window = max(len(s.encode()) for s in stops) + 1
-    tail = decode(list(ids[-window:]))
-    return any(s in tail for s in stops)
-
-
-def stop_index(ids: Sequence[int], decode: Callable[[list[int]], str], stops: Sequence[str]) -> int | None:
-    """Tokens to keep: up to and including the token that completes the first stop string, or
-    None if the decoded text never contains one."""
-    for k in range(1, len(ids) + 1):
-        if completes_stop(ids[:k], decode, stops):
-            return k
-    return None
-
-
-def sdpa_gqa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kw):
-    """SDPA with grouped K/V heads kept grouped (`enable_gqa`) even under a padding mask."""
-    causal = attention_mask is None and query.shape[2] > 1  # transformers drops the mask only if kv == q
-    out = F.scaled_dot_product_attention(
-        query, key, value, attn_mask=attention_mask, scale=scaling, is_causal=causal,
-        enable_gqa=query.shape[1] != key.shape[1],
-    )  # fmt: skip
-    return out.transpose(1, 2).contiguous(), None
-
-
-AttentionInterface.register("sdpa_gqa", sdpa_gqa)
-AttentionMaskInterface.register("sdpa_gqa", sdpa_mask)
-
-
-class _GrowLayer(DynamicLayer):
-    """A DynamicLayer that writes new K/V into spare columns: DynamicLayer concatenates, a copy of
-    the whole cache every decode step (as costly as the attention itself on a CPU)."""
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        if not self.is_initialized:
-            self.set(key_states, value_states)
-            return self.keys, self.values
-        n, m = self.keys.shape[-2], key_states.shape[-2]
-        if n + m > self._k.shape[-2]:
-            self.set(self.keys, self.values, room=m)
-        self._k[:, :, n : n + m], self._v[:, :, n : n + m] = key_states, value_states
-        self.keys, self.values = self._k[:, :, : n + m], self._v[:, :, : n + m]
-        return self.keys, self.values
-
-    def set(self, keys: torch.Tensor, values: torch.Tensor, room: int = 0) -> None:
-        """Adopt (batch, heads, n, dim) K/V, with spare columns to grow into."""
-        b, h, n, d = keys.shape
-        self._k = keys.new_empty((b, h, n + room + max(64, n // 4), d))
-        self._v = torch.empty_like(self._k)
-        self._k[:, :, :n], self._v[:, :, :n] = keys, values
-        self.keys, self.values = self._k[:, :, :n], self._v[:, :, :n]
-        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
-
-
-def _new_cache(config) -> DynamicCache:
-    cache = DynamicCache(config=config)
-    if any(type(layer) is not DynamicLayer for layer in cache.layers):
-        raise NotImplementedError("HFEngine merges KV caches: it needs full-attention layers only")
-    cache.layers = [_GrowLayer() for _ in cache.layers]
-    return cache
 
 
 @dataclass
@@ -145,105 +76,12 @@ class _Seq:
         return len(self.request.prompt_ids) + self.budget
 
 
-class _Batch:
-    """The running rows: a left-padded KV cache, its attention mask, next positions, last tokens."""
-
-    def __init__(self) -> None:
-        self.seqs: list[_Seq] = []
-        self.cache: DynamicCache | None = None
-        self.mask = self.pos = self.last = torch.empty(0)
-
-    def select(self, keep: list[int]) -> None:
-        """Keep only rows `keep`, then drop leading cache columns that no remaining row attends to."""
-        if len(keep) == len(self.seqs):
-            return  # nothing left the batch: no copy
-        self.seqs = [self.seqs[i] for i in keep]
-        if not keep:
-            self.cache, self.mask = None, torch.empty(0)
-            return
-        idx = torch.tensor(keep, device=self.mask.device)
-        self.mask, self.pos, self.last = self.mask[idx], self.pos[idx], self.last[idx]
-        first = int(self.mask.any(0).int().argmax())
-        self.mask = self.mask[:, first:]
-        for layer in self.cache.layers:
-            layer.set(layer.keys[idx, :, first:], layer.values[idx, :, first:])
-
-    def extend(self, other: _Batch) -> None:
-        """Append `other`'s rows; the shorter cache is left-padded with masked zeros."""
-        if not self.seqs:
-            self.__dict__.update(other.__dict__)
-            return
-        n = max(self.mask.shape[1], other.mask.shape[1])
-
-        def pad(x: torch.Tensor, dim_from_end: int) -> torch.Tensor:
-            return F.pad(x, (0, 0) * (dim_from_end - 1) + (n - x.shape[-dim_from_end], 0))
-
-        for a, b in zip(self.cache.layers, other.cache.layers, strict=True):
-            a.set(
-                torch.cat([pad(a.keys, 2), pad(b.keys, 2)]), torch.cat([pad(a.values, 2), pad(b.values, 2)])
-            )
-        self.mask = torch.cat([pad(self.mask, 1), pad(other.mask, 1)])
-        self.pos, self.last = torch.cat([self.pos, other.pos]), torch.cat([self.last, other.last])
-        self.seqs += other.seqs
-
-    def row_kv(self, i: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Row i's K/V per layer at its real (unmasked) positions, as (kv_heads, n, head_dim)."""
-        cols = self.mask[i].nonzero().squeeze(1)
-        return [(layer.keys[i][:, cols], layer.values[i][:, cols]) for layer in self.cache.layers]
-
-
-class _Prefixes:
-    """K/V of finished rows with the tokens they cover, oldest dropped past `max_tokens` tokens.
-
-    A prompt that extends a stored conversation takes it whole (it is removed: conversations only
-    grow); otherwise the longest shared beginning of at least `min_shared` tokens (the system
-    prompt every node shares) is copied out and the entry stays."""
-
-    def __init__(self, max_tokens: int, min_shared: int = 32) -> None:
-        self.max_tokens, self.min_shared, self.tokens, self.count = max_tokens, min_shared, 0, 0
-        self.entries: dict[int, tuple[torch.Tensor, list]] = {}  # insertion-ordered: oldest first
-
-    def put(self, ids: list[int], kv: list) -> None:
-        if not ids or len(ids) > self.max_tokens:
-            return
-        self.entries[self.count] = (torch.tensor(ids), kv)
-        self.tokens, self.count = self.tokens + len(ids), self.count + 1
-        while self.tokens > self.max_tokens:
-            self.tokens -= len(self.entries.pop(next(iter(self.entries)))[0])
-
-    def take(self, prompt: list[int]) -> tuple[int, list] | None:
-        """(n, K/V of prompt[:n]) with n < len(prompt), or None."""
-        p, best, best_n = torch.tensor(prompt), None, 0
-        for key, (ids, _) in self.entries.items():
-            m = min(len(ids), len(p) - 1)
-            if m <= best_n:
-                continue
-            same = ids[:m] == p[:m]
-            n = m if bool(same.all()) else int(same.int().argmin())
-            if n > best_n:
-                best, best_n = key, n
-        if best is None:
-            return None
-        ids, kv = self.entries[best]
-        if best_n == len(ids):
-            del self.entries[best]
-            self.tokens -= best_n
-            return best_n, kv
-        if best_n < self.min_shared:
-            return None
-        return best_n, [(k[:, :best_n], v[:, :best_n]) for k, v in kv]
-
-    def clear(self) -> None:
-        self.entries.clear()
-        self.tokens = 0
-
-
 @dataclass
 class _LoopState:
     """Per event loop: the queue, the running batch, and the task that drives it."""
 
     pending: deque[_Seq] = field(default_factory=deque)
-    batch: _Batch = field(default_factory=_Batch)
+    batch: Batch = field(default_factory=Batch)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task | None = None
 
@@ -273,14 +111,14 @@ class HFEngine(Policy):
             model.set_attn_implementation("sdpa_gqa")  # on CUDA, masked GQA would fall back to math
         self.max_batch_size, self.max_batch_tokens = max_batch_size, max_batch_tokens
         self.context_limit = context_limit or model.config.max_position_embeddings
-        self.prefixes = _Prefixes(prefix_cache_tokens)
+        self.prefixes = Prefixes(prefix_cache_tokens)
         self.version = version
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         eos = model.generation_config.eos_token_id
         eos = eos if isinstance(eos, list) else [eos]
         self.eos_ids = {i for i in [*eos, tokenizer.eos_token_id] if i is not None}
         self.stats = EngineStats()
-        _new_cache(model.config)  # fails early for sliding-window or linear-attention layers
+        new_cache(model.config)  # fails early for sliding-window or linear-attention layers
         self._lock = threading.Lock()  # one forward at a time; weights never change mid-step
         threads = cpu_threads if self.device.type == "cpu" else None
         self._executor = ThreadPoolExecutor(
@@ -346,7 +184,7 @@ class HFEngine(Policy):
                 for s in st.batch.seqs + new:
                     if not s.future.done():
                         s.future.set_exception(e)
-                st.batch = _Batch()
+                st.batch = Batch()
                 continue
             for s in done:
                 if not s.future.done():
@@ -383,7 +221,7 @@ class HFEngine(Policy):
     # ---- the worker-thread side -------------------------------------------------------------
 
     @torch.inference_mode()
-    def _step(self, batch: _Batch, new: list[_Seq]) -> list[_Seq]:
+    def _step(self, batch: Batch, new: list[_Seq]) -> list[_Seq]:
         """One decode step for the running rows, a prefill for admitted ones; returns finished rows."""
         with self._lock:
             batch.select([i for i, s in enumerate(batch.seqs) if s.finish is None])
@@ -410,7 +248,7 @@ class HFEngine(Policy):
             s.result = Generation(self._decode(s.ids), s.ids, s.logprobs, s.finish)
         return done_seqs
 
-    def _prefill(self, seqs: list[_Seq]) -> _Batch:
+    def _prefill(self, seqs: list[_Seq]) -> Batch:
         """Admitted rows, right-aligned: [pad | reused K/V | pad | tokens to compute]. Reused K/V
         come from stored conversations, or from one pass over the beginning that the new prompts
         share (the system prompt of a wave of new trees)."""
@@ -438,8 +276,8 @@ class HFEngine(Policy):
             pos[i, big_s - len(t) :] = torch.arange(k, k + len(t))
             mask[i, big_p - k : big_p] = 1
             mask[i, big_p + big_s - len(t) :] = 1
-        b = _Batch()
-        b.seqs, b.mask, b.cache = list(seqs), mask.to(self.device), _new_cache(self.model.config)
+        b = Batch()
+        b.seqs, b.mask, b.cache = list(seqs), mask.to(self.device), new_cache(self.model.config)
         if big_p:
             ref = next(p for p in pasts if p)[1]
             for j, layer in enumerate(b.cache.layers):
@@ -458,7 +296,7 @@ class HFEngine(Policy):
 
     def _kv_of(self, ids: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """K/V of one token sequence, computed in one pass."""
-        cache = _new_cache(self.model.config)
+        cache = new_cache(self.model.config)
         t = torch.tensor([ids], device=self.device)
         self._forward(t, torch.ones_like(t), torch.arange(len(ids), device=self.device)[None], cache)
         self.stats.prefill_tokens += len(ids)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import trl
 from accelerate.utils import DistributedType
 from datasets import Dataset
 from torch.utils.data import DataLoader
@@ -37,6 +38,17 @@ from trl import GRPOConfig, GRPOTrainer
 
 from rao_core.config import TrainConfig
 from rao_core.train.samples import Row, collate, logprob_temperature, plan_steps
+
+# RAOTrainer overrides TRL's private `_prepare_inputs`, `_get_per_token_logps_and_entropies` and
+# `_compute_loss`, and fills the inputs dict they read: checked against this exact version, with
+# tests/train/test_loss.py (the loss and gradients against a plain-PyTorch reference) as the guard.
+TESTED_TRL = "1.16.0"
+if trl.__version__ != TESTED_TRL and not os.environ.get("RAO_ALLOW_UNTESTED_TRL"):
+    raise ImportError(
+        f"rao_core.train.trainer relies on TRL {TESTED_TRL}'s private GRPOTrainer methods; found "
+        f"{trl.__version__}. Install trl=={TESTED_TRL} (pyproject.toml pins it), or set "
+        "RAO_ALLOW_UNTESTED_TRL=1 and run tests/train/test_loss.py first"
+    )
 
 
 def world() -> tuple[int, int]:
@@ -276,6 +288,35 @@ def _sum_over_ranks(trainer: RAOTrainer, values: list[float]) -> list[float]:
     return acc.reduce(torch.tensor(values, dtype=torch.float64, device=acc.device), reduction="sum").tolist()
 
 
+def round_metrics(trainer: RAOTrainer, plan: list, tokens: int, seconds: float) -> dict[str, Any]:
+    """Loss, ratio and mismatch statistics of the round, summed over every process."""
+    grad_norms = [h["grad_norm"] for h in trainer.state.log_history if "grad_norm" in h]
+    keys = ("tokens", "ratio_sum", "ratio_sq_sum", "clipped", "logp_sum", "first_tokens", "first_diff_sum")
+    totals = _sum_over_ranks(trainer, [trainer.stats[k] for k in keys] + trainer.step_losses)
+    s = dict(zip(keys, totals, strict=False))
+    world_size = trainer.accelerator.num_processes
+    step_losses = [x / world_size for x in totals[len(keys) :]]  # each rank's loss is its share x W
+    n = max(s["tokens"], 1.0)
+    return {
+        "steps": len(plan),
+        "microbatches": sum(len(step) for step in plan),
+        "processes": world_size,
+        "loss": sum(step_losses) / len(step_losses),
+        "step_losses": step_losses,
+        "grad_norm": float(grad_norms[-1]) if grad_norms else math.nan,
+        "grad_norms": [float(g) for g in grad_norms],
+        "tokens": tokens,
+        "action_tokens": int(s["tokens"]),
+        "seconds": seconds,
+        "tokens_per_s": tokens / seconds,
+        "mean_ratio": s["ratio_sum"] / n,
+        "ratio_std": math.sqrt(max(0.0, s["ratio_sq_sum"] / n - (s["ratio_sum"] / n) ** 2)),
+        **sampler_mismatch(trainer.first_step_diffs, s["first_diff_sum"], s["first_tokens"]),
+        "clipped_fraction": s["clipped"] / n,
+        "mean_action_logp": s["logp_sum"] / n,
+    }
+
+
 def sampler_mismatch(diffs: list[torch.Tensor], diff_sum: float, tokens: float) -> dict[str, float]:
     """How far the sampler's log-probs are from the trainer's recomputation at the same weights (the
     first optimiser step's tokens; rows with sampler log-probs only): mean over every process, p99
@@ -371,33 +412,11 @@ def train_rows(
     t0 = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - t0
-    grad_norms = [h["grad_norm"] for h in trainer.state.log_history if "grad_norm" in h]
-    keys = ("tokens", "ratio_sum", "ratio_sq_sum", "clipped", "logp_sum", "first_tokens", "first_diff_sum")
-    totals = _sum_over_ranks(trainer, [trainer.stats[k] for k in keys] + trainer.step_losses)
-    s = dict(zip(keys, totals, strict=False))
-    step_losses = [x / world_size for x in totals[len(keys) :]]  # each rank's loss is its share x W
-    n = max(s["tokens"], 1.0)
     used = sorted({i for step in plan for mb in step for i in mb})
-    all_tokens = sum(rows[i].length for i in used)
     metrics.update(
+        **round_metrics(trainer, plan, sum(rows[i].length for i in used), seconds),
         trained_samples=len(used),
-        steps=len(plan),
-        microbatches=sum(len(step) for step in plan),
         grad_accum=accum,
-        processes=world_size,
-        loss=sum(step_losses) / len(step_losses),
-        step_losses=step_losses,
-        grad_norm=float(grad_norms[-1]) if grad_norms else math.nan,
-        grad_norms=[float(g) for g in grad_norms],
-        tokens=all_tokens,
-        action_tokens=int(s["tokens"]),
-        seconds=seconds,
-        tokens_per_s=all_tokens / seconds,
-        mean_ratio=s["ratio_sum"] / max(s["tokens"], 1.0),
-        ratio_std=math.sqrt(max(0.0, s["ratio_sq_sum"] / n - (s["ratio_sum"] / n) ** 2)),
-        **sampler_mismatch(trainer.first_step_diffs, s["first_diff_sum"], s["first_tokens"]),
-        clipped_fraction=s["clipped"] / max(s["tokens"], 1.0),
-        mean_action_logp=s["logp_sum"] / max(s["tokens"], 1.0),
         loss_type=cfg.loss_type,
         temperature=temperature,
         device=str(device),

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rao_core.agent.sandbox import Sandbox, client, set_start_method, shutdown_sandboxes
+from rao_core.agent.sandbox import Sandbox, client, processes, set_start_method, shutdown_sandboxes
 from rao_core.agent.sandbox.protocol import MAX_FRAME, FrameDecoder, ProtocolError, encode
 from rao_core.config import SandboxConfig
 
@@ -66,7 +66,7 @@ def our_workers() -> list[int]:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if client.WORKER in cmd and mine in cmd and state != "Z":
+        if processes.WORKER in cmd and mine in cmd and state != "Z":
             pids.append(int(pid))
     return pids
 
@@ -103,7 +103,7 @@ def test_frame_decoder():
 def test_worker_framing_is_a_copy_of_protocol():
     """worker.py runs standalone, so it carries its own copy of the framing code: keep it identical."""
     proto = Path(client.__file__).with_name("protocol.py").read_text()
-    worker = Path(client.WORKER).read_text()
+    worker = Path(processes.WORKER).read_text()
     copy = worker[worker.index("MAX_FRAME = ") : worker.index("# --- end of the framing copy")]
     assert copy.strip() == proto[proto.index("MAX_FRAME = ") :].strip()
 
@@ -257,7 +257,7 @@ def test_timeout_counts_the_cell_not_its_tool_calls():
 def test_no_seccomp_layer_is_reported(monkeypatch, caplog):
     set_start_method("exec")
     monkeypatch.setattr(client, "_logged_layers", False)
-    argv = client._worker_argv
+    argv = processes._worker_argv
     monkeypatch.setattr(client, "_worker_argv", lambda *extra: argv(*extra)[:6])  # no --path: no pyseccomp
     try:
         with caplog.at_level(logging.WARNING):
@@ -391,7 +391,7 @@ def test_zygote_workers_differ_and_zygote_restarts():
         a, b = await start(), await start()
         ra = await a.run_cell("import random\nprint(random.random())", Tools(), 5)
         rb = await b.run_cell("import random\nprint(random.random())", Tools(), 5)
-        client._zygote.popen.kill()  # its workers die with it (PDEATHSIG); the next start makes a new one
+        processes._zygote.popen.kill()  # its workers die with it (PDEATHSIG); the next start makes a new one
         await asyncio.sleep(0.2)
         dead = await a.run_cell("print(1)", Tools(), 5)
         c = await start()

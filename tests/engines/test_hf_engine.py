@@ -14,7 +14,8 @@ from rao_core.agent.policy import Generation, GenerationRequest, Policy
 from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.tree import TreeRun, TreeSpec
 from rao_core.config import AgentConfig, SandboxConfig
-from rao_core.engines.hf import HFEngine, completes_stop, stop_index
+from rao_core.engines.hf import HFEngine
+from rao_core.engines.hf_batch import completes_stop, stop_index
 from rao_core.models.tiny import save_checkpoint
 from rao_core.models.tokenizer import tiny_tokenizer
 from tests.agent.test_runtime import NoteEnv
