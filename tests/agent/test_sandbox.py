@@ -258,7 +258,7 @@ def test_no_seccomp_layer_is_reported(monkeypatch, caplog):
     set_start_method("exec")
     monkeypatch.setattr(client, "_logged_layers", False)
     argv = processes._worker_argv
-    monkeypatch.setattr(client, "_worker_argv", lambda *extra: argv(*extra)[:6])  # no --path: no pyseccomp
+    monkeypatch.setattr(processes, "_worker_argv", lambda *extra: argv(*extra)[:6])  # no --path: no pyseccomp
     try:
         with caplog.at_level(logging.WARNING):
             r = asyncio.run(cells(["print(len.__self__.open('/etc/passwd').read().startswith('root:'))"]))
