@@ -8,23 +8,19 @@ tests/engines/test_hf_engine.py, which compares every path with model.generate a
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
-import transformers
 from transformers import AttentionInterface, DynamicCache
 from transformers.cache_utils import DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-TESTED_TRANSFORMERS = "5.20.2"
-if transformers.__version__ != TESTED_TRANSFORMERS and not os.environ.get("RAO_ALLOW_UNTESTED_TRANSFORMERS"):
-    raise ImportError(
-        f"rao_core.engines.hf subclasses transformers' cache internals, tested with transformers=="
-        f"{TESTED_TRANSFORMERS} only; found {transformers.__version__}. Install {TESTED_TRANSFORMERS} "
-        "(pyproject.toml pins it), or set RAO_ALLOW_UNTESTED_TRANSFORMERS=1 and run tests/engines first"
-    )
+from rao_core.versions import require_tested
+
+require_tested(
+    "transformers", "5.20.2", "rao_core.engines.hf (its KV cache)", "tests/engines/test_hf_engine.py"
+)
 
 
 def completes_stop(ids: Sequence[int], decode: Callable[[list[int]], str], stops: Sequence[str]) -> bool:

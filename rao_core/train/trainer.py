@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import trl
 from accelerate.utils import DistributedType
 from datasets import Dataset
 from torch.utils.data import DataLoader
@@ -38,17 +37,14 @@ from trl import GRPOConfig, GRPOTrainer
 
 from rao_core.config import TrainConfig
 from rao_core.train.samples import Row, collate, logprob_temperature, plan_steps
+from rao_core.versions import require_tested
 
 # RAOTrainer overrides TRL's private `_prepare_inputs`, `_get_per_token_logps_and_entropies` and
 # `_compute_loss`, and fills the inputs dict they read: checked against this exact version, with
 # tests/train/test_loss.py (the loss and gradients against a plain-PyTorch reference) as the guard.
-TESTED_TRL = "1.16.0"
-if trl.__version__ != TESTED_TRL and not os.environ.get("RAO_ALLOW_UNTESTED_TRL"):
-    raise ImportError(
-        f"rao_core.train.trainer relies on TRL {TESTED_TRL}'s private GRPOTrainer methods; found "
-        f"{trl.__version__}. Install trl=={TESTED_TRL} (pyproject.toml pins it), or set "
-        "RAO_ALLOW_UNTESTED_TRL=1 and run tests/train/test_loss.py first"
-    )
+require_tested(
+    "trl", "1.16.0", "rao_core.train.trainer (GRPOTrainer's private methods)", "tests/train/test_loss.py"
+)
 
 
 def world() -> tuple[int, int]:
