@@ -38,8 +38,11 @@ FREE = (
     "policy.gpu_memory_utilization", "policy.retries", "policy.base_url", "policy.api_key_env",
     "policy.served_model", "judge.base_url", "judge.api_key_env", "judge.retries",
     "judge.gpu_memory_utilization", "eval.modes", "eval.context_limits", "eval.trees_to_render",
-    "train.accelerate_config", "train.device",
+    "train.accelerate_config", "train.device", "policy.vllm_python", "policy.vllm_port",
+    "policy.vllm_startup_timeout_s", "policy.vllm_kv_cache_gib", "policy.vllm_extra_args",
+    "policy.weight_check_tolerance",
 )  # fmt: skip
+MODEL_ENGINES = ("hf", "vllm")  # the same model and sampling: switching between them is free
 HISTORY = "config_history.jsonl"
 
 
@@ -63,6 +66,13 @@ def changes(old: dict, new: dict) -> dict[str, tuple[Any, Any]]:
 
 def is_free(key: str) -> bool:
     return any(key == f or (f.endswith(".") and key.startswith(f)) for f in FREE)
+
+
+def engine_switch(key: str, old: dict, new: dict) -> bool:
+    """hf <-> vllm: the same model and the same seeded sampling, another server of it."""
+    return key == "policy.kind" and {old.get("policy", {}).get("kind"), new["policy"]["kind"]} <= set(
+        MODEL_ENGINES
+    )
 
 
 def irrelevant(key: str, old: dict, new: dict) -> bool:
@@ -102,7 +112,7 @@ def check_resume(cfg: RunConfig) -> dict[str, tuple[Any, Any]]:
             "choose another run_name (or remove the folder)"
         )
     diff = {k: v for k, v in changes(old, new).items() if not irrelevant(k, old, new)}
-    blocking = [k for k in diff if not is_free(k)]
+    blocking = [k for k in diff if not is_free(k) and not engine_switch(k, old, new)]
     if blocking and completed_any(cfg.run_dir):
         listed = ", ".join(f"{k} ({diff[k][0]!r} -> {diff[k][1]!r})" for k in blocking)
         raise ConfigError(

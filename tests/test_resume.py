@@ -45,6 +45,17 @@ def test_a_change_of_future_rounds_only_is_recorded(tmp_path):
     assert campaign.prepare(more) == {}  # recorded once
 
 
+def test_switching_between_model_engines_is_free(tmp_path):
+    cfg = toy_config(tmp_path, "policy.kind=hf")
+    campaign.prepare(cfg)
+    (cfg.run_dir / "data").mkdir()  # a completed stage
+    assert campaign.prepare(
+        toy_config(tmp_path, "policy.kind=vllm", "policy.vllm_python=/usr/bin/python3")
+    ) == {"policy.kind": ("hf", "vllm"), "policy.vllm_python": (".venv-vllm/bin/python", "/usr/bin/python3")}
+    with pytest.raises(ConfigError, match="policy.kind"):
+        campaign.prepare(toy_config(tmp_path, "policy.kind=scripted"))
+
+
 def test_before_any_completed_stage_everything_may_change(tmp_path):
     cfg = toy_config(tmp_path)
     campaign.prepare(cfg)  # a config was saved, nothing ran
