@@ -100,9 +100,11 @@ def _checked(args: argparse.Namespace):
 
     cfg = load_config(args.config, args.overrides)
     if getattr(args, "branch", None):
+        from rao_core import campaign
+
         branched = load_config(args.config, [*args.overrides, f"run_name={args.branch}"])
-        if branched.run_dir.exists():
-            raise ConfigError(f"--branch: {branched.run_dir} exists already; choose another name")
+        start = campaign.completed_rounds(cfg) if args.from_round is None else args.from_round
+        resume.branch_parts(cfg, branched, start)
     else:
         resume.check_resume(cfg)
     if args.check:

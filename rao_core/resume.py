@@ -154,23 +154,36 @@ def branch(source: RunConfig, cfg: RunConfig, from_round: int) -> None:
     rounds < from_round (rollouts, scores, checkpoints up to version from_round); evaluations are
     shared only when `eval.*` did not change. The branch then runs with `cfg`."""
     src, dest = source.run_dir, cfg.run_dir
+    diff = changes(stored_config(src) or {}, to_dict(cfg))
+    parts = branch_parts(source, cfg, from_round, diff)  # every check before anything is written
+    try:
+        for part in parts:
+            _link_tree(src / part, dest / part)
+        record(cfg, diff, from_round, branch_of=str(src), from_round=from_round)
+    except BaseException:
+        shutil.rmtree(dest, ignore_errors=True)  # no half-made branch
+        raise
+
+
+def branch_parts(source: RunConfig, cfg: RunConfig, from_round: int, diff: dict | None = None) -> list[str]:
+    """The folders a branch shares, after checking that it can be made (`rao train --branch --check`
+    runs this alone)."""
+    src, dest = source.run_dir, cfg.run_dir
     if dest.exists():
         raise ConfigError(f"--branch: {dest} exists already; choose another name")
     if not (src / "config.yaml").is_file():
         raise ConfigError(f"--branch: no run at {src} to branch from")
-    old = stored_config(src) or {}
-    diff = changes(old, to_dict(cfg))
-    same_eval = not any(k.startswith("eval.") and not is_free(k) for k in diff)
-    for name in ("data", "checkpoints/warmstart"):
-        if (src / name).is_dir():
-            _link_tree(src / name, dest / name)
+    if diff is None:
+        diff = changes(stored_config(src) or {}, to_dict(cfg))
+    parts = [name for name in ("data", "checkpoints/warmstart") if (src / name).is_dir()]
     for r in range(from_round):
-        for part in (f"rollouts/round={r}", f"scores/round={r}", f"checkpoints/round-{r + 1}"):
-            if not (src / part).is_dir():
+        for part in (f"rollouts/round={r}", f"scores/round={r}"):
+            if not is_complete(src / part):
                 raise ConfigError(f"--from-round: {from_round}: round {r} of {src} is not complete ({part})")
-            _link_tree(src / part, dest / part)
-    if same_eval:
-        for v in range(from_round + 1):
-            if is_complete(src / f"eval/round={v}"):
-                _link_tree(src / f"eval/round={v}", dest / f"eval/round={v}")
-    record(cfg, diff, from_round, branch_of=str(src), from_round=from_round)
+        ckpt = src / f"checkpoints/round-{r + 1}"
+        if not (ckpt / "metrics.json").is_file():
+            raise ConfigError(f"--from-round: {from_round}: round {r} of {src} is not complete ({ckpt.name})")
+        parts += [f"rollouts/round={r}", f"scores/round={r}", f"checkpoints/round-{r + 1}"]
+    if not any(k.startswith("eval.") and not is_free(k) for k in diff):
+        parts += [f"eval/round={v}" for v in range(from_round + 1) if is_complete(src / f"eval/round={v}")]
+    return parts

@@ -163,6 +163,7 @@ def rollout_round(cfg: RunConfig, progress: bool = False, model_path: Path | Non
     Shards not yet complete run here one after another (a Ray cluster runs them in parallel first:
     flows/training.py), then the round is sealed."""
     if not is_complete(rollout_dir(cfg, cfg.rollout.round)):
+        check_shard_count(cfg)
         for k in range(cfg.rollout.shards):
             rollout_shard(cfg, k, progress, model_path)
     return seal_round(cfg)
@@ -177,6 +178,20 @@ def rollout_shard(cfg: RunConfig, shard: int, progress: bool = False, model_path
         cfg, shard_dir(cfg, r.round, shard), r.split, r.difficulty, r.num_tasks, r.group_size,
         cfg.policy.temperature, progress, model_path, shard=(shard, r.shards),
     )  # fmt: skip
+
+
+def check_shard_count(cfg: RunConfig) -> None:
+    """A round started with S shards is finished with S: its complete shards hold the tasks dealt
+    k::S, and another count would deal the rest differently (duplicated and missing tasks)."""
+    dest = rollout_dir(cfg, cfg.rollout.round)
+    for part in dest.glob("shard=*"):
+        if is_complete(part):
+            started = read_meta(part).get("shard", [0, cfg.rollout.shards])[1]
+            if started != cfg.rollout.shards:
+                raise ValueError(
+                    f"rollout.shards: {cfg.rollout.shards}: round {cfg.rollout.round} was started with "
+                    f"{started} shards; finish it with rollout.shards={started} (a new count applies from the next round)"
+                )
 
 
 def seal_round(cfg: RunConfig) -> Path:

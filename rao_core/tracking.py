@@ -152,7 +152,9 @@ def campaign_status(cfgs: list[RunConfig]) -> Iterator[None]:
     try:
         yield
         status = "FINISHED"
-    except KeyboardInterrupt:
+    except Exception:
+        raise
+    except BaseException:  # Ctrl-C, or SIGTERM (Prefect raises its TerminationSignal inside a flow)
         status = "KILLED"
         raise
     finally:

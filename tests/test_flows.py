@@ -284,6 +284,11 @@ def test_campaign_status_in_mlflow(tmp_path):
     with pytest.raises(KeyboardInterrupt), tracking.campaign_status([cfg]):
         raise KeyboardInterrupt
     assert status() == "KILLED"
+    from prefect.exceptions import TerminationSignal  # SIGTERM inside a Prefect flow
+
+    with pytest.raises(TerminationSignal), tracking.campaign_status([cfg]):
+        raise TerminationSignal(signal=15)
+    assert status() == "KILLED"
 
 
 WARMSTART = [  # a warm start of about half a minute: tiny data, a short budget, no evaluation

@@ -85,6 +85,20 @@ def test_local_shards_resume_then_seal(tmp_path):
     assert meta["trees"] == TASKS * 2  # TOY's G = 2
 
 
+def test_a_round_is_finished_with_the_shard_count_it_started_with(tmp_path):
+    cfg = load_config(
+        overrides=[f"runs_dir={tmp_path}", *TOY, f"rollout.num_tasks={TASKS}", "rollout.shards=2"]
+    )
+    rollout_shard(cfg, 0)
+    other = load_config(
+        overrides=[f"runs_dir={tmp_path}", *TOY, f"rollout.num_tasks={TASKS}", "rollout.shards=3"]
+    )
+    with pytest.raises(
+        ValueError, match="round 0 was started with 2 shards; finish it with rollout.shards=2"
+    ):
+        rollout_round(other)
+
+
 def shard_task_runs(since: datetime) -> list[str]:
     """States of the `rollout-shard` task runs that started after `since`."""
     from prefect.client.orchestration import get_client

@@ -99,6 +99,7 @@ def test_branch_shares_completed_rounds_and_runs_on_with_new_settings(tmp_path):
         resume.branch(cfg, branched, from_round=1)
     with pytest.raises(ConfigError, match="round 1 .* is not complete"):
         resume.branch(cfg, toy_config(tmp_path, "run_name=far"), from_round=2)
+    assert not (tmp_path / "far").exists()  # checked before anything was written
 
 
 def test_history_lines_are_json(tmp_path):

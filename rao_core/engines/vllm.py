@@ -23,6 +23,9 @@ from rao_core.engines.vllm_server import SERVED_NAME, VLLMServer, shared_server
 
 # What a request sees when the server process is gone or going.
 SERVER_GONE = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+RECOVERY_ATTEMPTS = (
+    4  # a request's tries across restarts (a pooled connection to a dead server fails once more)
+)
 
 
 class VLLMEngine(Policy):
@@ -48,23 +51,22 @@ class VLLMEngine(Policy):
         return cls(server, tokenizer)
 
     async def generate(self, request: GenerationRequest) -> Generation:
-        for attempt in range(2):
+        for attempt in range(RECOVERY_ATTEMPTS):
             try:
                 return await self.client.generate(request)
             except SERVER_GONE:
-                if attempt == 1 or self.server.alive():
+                if attempt == RECOVERY_ATTEMPTS - 1:
                     raise
-                await self._recover()
+                await self._recover()  # a no-op when the server is healthy (a stale pooled connection)
         raise AssertionError("unreachable")
 
     async def _recover(self) -> None:
-        """One restart for every request that found the server gone (in a thread: it takes a while)."""
+        """One restart shared by every request that found the server gone (in a thread: it takes a
+        while). The server keeps its port, so the client and its pool stay as they are."""
         if self._recovering is None or self._recovering.done():
-            loop = asyncio.get_running_loop()
-            self._recovering = loop.run_in_executor(None, self.server.recover)
+            self._recovering = asyncio.get_running_loop().run_in_executor(None, self.server.recover)
         await asyncio.shield(self._recovering)
-        self.client.base_url = self.server.base_url.rstrip("/")  # a free port may have changed
-        await self.client.close()
+        self.client.base_url = self.server.base_url.rstrip("/")
 
     async def close(self) -> None:
         """Closes this client; the server lives on for the next stage (stop_all ends it)."""

@@ -79,12 +79,9 @@ def untied_copy(src: Path, dest: Path) -> Path:
         state.update(load_file(str(f)))
     state["lm_head.weight"] = state["model.embed_tokens.weight"].clone()
     save_file(state, str(dest / "model.safetensors"), metadata={"format": "pt"})
+    skip = ("config.json", "optimizer.pt", "model.safetensors.index.json")  # one weights file: no index
     for f in src.iterdir():
-        if (
-            f.is_file()
-            and not f.name.endswith(".safetensors")
-            and f.name not in ("config.json", "optimizer.pt")
-        ):
+        if f.is_file() and not f.name.endswith(".safetensors") and f.name not in skip:
             shutil.copy(f, dest / f.name)
     (dest / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": False}, indent=2))
     return dest
@@ -99,7 +96,10 @@ class VLLMServer:
         self.proc: subprocess.Popen | None = None
         self.model_dir: Path | None = None  # the checkpoint served (as asked for, before any copy)
         self.restarts = 0
+        self.failed: str | None = None  # why the last recovery failed
         self.reloads: list[dict] = []  # per load: seconds, probe max |diff|
+        self._served: Path | None = None  # the folder handed to vLLM (an untied copy, or the checkpoint)
+        self._copies = 0
         self._work = Path(tempfile.mkdtemp(prefix="rao-vllm-"))
         self._lock = threading.Lock()
 
@@ -112,26 +112,51 @@ class VLLMServer:
 
     # -- start, load, recover, stop ------------------------------------------------------------
     def ensure(self, model_dir: Path) -> None:
-        """Serve `model_dir`: start on it, or load it into the running server, and verify."""
+        """Serve `model_dir`: start on it, or load it into the running server, and verify. Until the
+        check passes nothing counts as served: a failure leaves no server, and the next call
+        starts one afresh (and checks again)."""
         model_dir = Path(model_dir).resolve()
         with self._lock:
-            if not self.alive():
-                self._start(model_dir)
-            elif self.model_dir != model_dir:
-                self._load(model_dir)
-            else:
+            self.failed = None  # a new stage: a server that could not come back may be tried again
+            if self.alive() and self.model_dir == model_dir:
                 return
-            self._verify(model_dir)
+            self._serve(model_dir, reload=self.alive())
 
     def recover(self) -> None:
-        """Start a dead server again on the checkpoint it served (a no-op if it is alive)."""
+        """Start the server again on the checkpoint it served if it is not healthy (a no-op if it
+        is). A recovery that failed is not tried again before the next `ensure`."""
         with self._lock:
-            if self.alive() or self.model_dir is None:
+            if self.failed is not None:
+                raise EngineError(f"vLLM server could not be restarted: {self.failed}")
+            if self.model_dir is None or self._healthy():
                 return
-            log.warning("vLLM server died (exit %s); restarting on %s", self.proc.poll(), self.model_dir)
+            exit_code = self.proc.poll() if self.proc is not None else None
+            log.warning("vLLM server gone (exit %s); restarting on %s", exit_code, self.model_dir)
             self.restarts += 1
-            self._start(self.model_dir)
-            self._verify(self.model_dir)
+            try:
+                self._serve(self.model_dir, reload=False)
+            except Exception as e:
+                self.failed = f"{type(e).__name__}: {e}"[:300]
+                raise
+
+    def _serve(self, model_dir: Path, reload: bool) -> None:
+        self.model_dir = None
+        try:
+            self._load(model_dir) if reload else self._start(model_dir)
+            self._verify(model_dir)
+        except BaseException:
+            self._kill()  # stale or half-started: no server rather than a wrong one
+            raise
+        self.model_dir = model_dir
+        self._drop_copies(keep=self._served)
+
+    def _healthy(self) -> bool:
+        if not self.alive():
+            return False
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=5.0).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def _check_setup(self, model_dir: Path) -> None:
         if not self.python.is_file():
@@ -153,7 +178,7 @@ class VLLMServer:
             self.port = self.cfg.vllm_port
         elif not self.port or port_in_use(self.port):
             self.port = free_port()
-        served = untied_copy(model_dir, self._work / f"untied-{len(self.reloads)}-{self.restarts}")
+        served = self._servable(model_dir)
         c = self.cfg
         cmd = [
             str(self.python), str(WATCHDOG), str(os.getpid()), "--", "--model", str(served),
@@ -173,11 +198,14 @@ class VLLMServer:
         }
         if self.log_path:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-        self.model_dir = model_dir
+            with open(self.log_path, "ab") as out:  # the child keeps its own descriptor
+                self.proc = subprocess.Popen(
+                    cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                )
+        else:
+            self.proc = subprocess.Popen(
+                cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
         self._wait_healthy()
 
     def _wait_healthy(self) -> None:
@@ -185,9 +213,10 @@ class VLLMServer:
         t0 = time.monotonic()
         while time.monotonic() < deadline:
             if not self.alive():
+                exit_code = self.proc.poll() if self.proc is not None else None
                 self._diagnose_import()
                 raise VLLMSetupError(
-                    f"vLLM server exited with code {self.proc.poll()} while starting: {self._last_log_line()} "
+                    f"vLLM server exited with code {exit_code} while starting: {self._last_log_line()} "
                     f"(log: {self.log_path})"
                 )
             try:
@@ -206,14 +235,32 @@ class VLLMServer:
     def _load(self, model_dir: Path) -> None:
         """New weights into the running server, without a restart."""
         t0 = time.perf_counter()
-        served = untied_copy(model_dir, self._work / f"untied-{len(self.reloads) + 1}-{self.restarts}")
+        served = self._servable(model_dir)
         body = {"method": "reload_weights", "kwargs": {"weights_path": str(served)}}
         r = httpx.post(f"http://127.0.0.1:{self.port}/collective_rpc", json=body, timeout=600.0)
         if r.status_code != 200:
             raise EngineError(f"vLLM reload_weights of {model_dir}: HTTP {r.status_code}: {r.text[:300]}")
-        httpx.post(f"http://127.0.0.1:{self.port}/reset_prefix_cache", timeout=60.0)  # old weights' K/V
-        self.model_dir = model_dir
+        # the old weights' K/V must go too: the probe cannot see them (prompt_logprobs skip the cache)
+        r = httpx.post(f"http://127.0.0.1:{self.port}/reset_prefix_cache", timeout=60.0)
+        if r.status_code != 200:
+            raise EngineError(f"vLLM reset_prefix_cache after loading {model_dir}: HTTP {r.status_code}")
         self.reloads.append({"model": str(model_dir), "seconds": round(time.perf_counter() - t0, 3)})
+
+    def _servable(self, model_dir: Path) -> Path:
+        """What vLLM is given: on CPU an untied copy of a tied checkpoint (the reload bug), else the
+        checkpoint itself."""
+        if serving_dtype(self.cfg) == "bfloat16":  # a GPU: the bug is the CPU backend's
+            self._served = model_dir
+        else:
+            self._copies += 1
+            self._served = untied_copy(model_dir, self._work / f"untied-{self._copies}")
+        return self._served
+
+    def _drop_copies(self, keep: Path | None) -> None:
+        """Copies of earlier versions are dead weight once a newer one is served."""
+        for old in self._work.glob("untied-*"):
+            if keep is None or old.resolve() != keep.resolve():
+                shutil.rmtree(old, ignore_errors=True)
 
     def _verify(self, model_dir: Path) -> None:
         """The served log-probs of the probe prompt must be the checkpoint's own."""

@@ -319,10 +319,12 @@ def sampler_mismatch(diffs: list[torch.Tensor], diff_sum: float, tokens: float) 
     and max over this one's. Near 0 when sampler and trainer agree (same model, same temperature)."""
     if not tokens:
         return {}
-    values = torch.cat(diffs) if diffs else torch.zeros(1)
+    values = torch.cat(diffs) if diffs else torch.zeros(0)
+    if not values.numel():  # this process had no sampler rows (others did): the mean only
+        return {"logprob_diff_mean": diff_sum / tokens}
     return {
         "logprob_diff_mean": diff_sum / tokens,
-        "logprob_diff_p99": float(torch.quantile(values.double(), 0.99)) if values.numel() else 0.0,
+        "logprob_diff_p99": float(torch.quantile(values.double(), 0.99)),
         "logprob_diff_max": float(values.max()),
     }
 

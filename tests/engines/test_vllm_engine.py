@@ -5,6 +5,8 @@ proven by the probe, stale weights refused, and one-line errors that name the fi
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
 import socket
 import subprocess
 
@@ -102,6 +104,19 @@ def test_reload_after_a_training_step_serves_the_new_checkpoint(served, tmp_path
     with pytest.raises(StaleWeightsError, match="serves other weights than"):
         server._verify((root / "v0").resolve())  # the server holds v1: v0's probe does not match
     server.ensure(root / "v0")  # back, for the other tests
+
+
+def test_weights_that_fail_the_check_are_never_served(served, tmp_path):
+    """A checkpoint whose served log-probs disagree with its probe: refused, and the server is
+    gone, so the stage's retry starts afresh and checks again (never serves it on trust)."""
+    server, root, _ = served
+    bad = tmp_path / "bad"
+    shutil.copytree(root / "v1", bad)
+    probe = json.loads((bad / "probe.json").read_text())
+    (bad / "probe.json").write_text(json.dumps({**probe, "logprobs": [x - 0.5 for x in probe["logprobs"]]}))
+    with pytest.raises(StaleWeightsError):
+        server.ensure(bad)
+    assert not server.alive() and server.model_dir is None  # (the last test to use this server)
 
 
 # --- errors that name the fix ---------------------------------------------------------------------
