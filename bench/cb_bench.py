@@ -49,7 +49,9 @@ def main() -> None:
 
     generated, seconds = asyncio.run(run_engine())
     a = generated / seconds
-    print(f"(a) HFEngine: {generated} tokens in {seconds:.2f}s = {a:.0f} tokens/s (at most {tokens}: eos ends some)")
+    print(
+        f"(a) HFEngine: {generated} tokens in {seconds:.2f}s = {a:.0f} tokens/s (at most {tokens}: eos ends some)"
+    )
 
     gen = GenerationConfig(max_new_tokens=args.new, min_new_tokens=args.new, do_sample=True, temperature=1.0)
     cb = ContinuousBatchingConfig(return_logprobs=True, seed=0)

@@ -173,7 +173,7 @@ def vllm_run(model, tok, args) -> float:
     from rao_core.config import PolicyConfig
     from rao_core.engines.vllm import VLLMEngine
     from rao_core.engines.vllm_server import stop_all
-    from rao_core.models.tiny import save_checkpoint
+    from rao_core.models.tiny import build_tiny_model, save_checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:
         save_checkpoint(model, tok, Path(tmp) / "model")
@@ -181,17 +181,28 @@ def vllm_run(model, tok, args) -> float:
         engine = VLLMEngine.serving(
             PolicyConfig(kind="vllm"), Path(tmp) / "model", tok, 4096, Path(tmp) / "vllm.log"
         )
-        print(f"vllm server healthy and verified after {time.perf_counter() - t0:.1f}s")
+        server = engine.server
+        print(
+            f"vllm server healthy and verified after {time.perf_counter() - t0:.1f}s "
+            f"(probe max |served - checkpoint| log-prob {server.probe_diff:.1e})"
+        )
         try:
             seconds, rec, _ = run_trees(model, tok, args.trees, args.turns, args.new, True, engine=engine)
+            save_checkpoint(build_tiny_model(tok, seed=1), tok, Path(tmp) / "next")  # new weights
+            t0 = time.perf_counter()
+            server.ensure(Path(tmp) / "next")
+            load = server.reloads[-1]
+            print(
+                f"new weights into the running server: reload {load['seconds']:.3f}s, with the probe check "
+                f"{time.perf_counter() - t0:.2f}s (probe max |diff| {load['probe_max_diff']:.1e})"
+            )
         finally:
             stop_all()
-    tokens = sum(len(r.prompt_ids) >= 0 for r in rec.requests)  # requests; tokens come from replies
     generated = rec.tokens
     busy = rec.last - rec.first
     print(
         f"(a) vllm, {args.trees} concurrent trees x {args.turns} turns: {generated} tokens in {busy:.2f}s "
-        f"from first request to last reply = {generated / busy:.0f} tokens/s ({tokens} requests, "
+        f"from first request to last reply = {generated / busy:.0f} tokens/s ({len(rec.requests)} requests, "
         f"{seconds:.2f}s wall clock)"
     )
     return generated / busy

@@ -100,11 +100,7 @@ def _checked(args: argparse.Namespace):
 
     cfg = load_config(args.config, args.overrides)
     if getattr(args, "branch", None):
-        from rao_core import campaign
-
-        branched = load_config(args.config, [*args.overrides, f"run_name={args.branch}"])
-        start = campaign.completed_rounds(cfg) if args.from_round is None else args.from_round
-        resume.branch_parts(cfg, branched, start)
+        resume.branch_parts(cfg, *_branch(args, cfg))
     else:
         resume.check_resume(cfg)
     if args.check:
@@ -113,21 +109,35 @@ def _checked(args: argparse.Namespace):
     return cfg
 
 
-def cmd_train(args: argparse.Namespace) -> int:
+def _ready_for_a_flow(args: argparse.Namespace):
+    """The checked configuration, with Prefect's environment set; None after --check (done)."""
     cfg = _checked(args)  # fail on bad input before Prefect starts
     if args.check:
+        return None
+    _prefect_env()
+    return cfg
+
+
+def _branch(args: argparse.Namespace, cfg):
+    """The configuration of the branch `--branch` names, and the first round it does not share."""
+    from rao_core import campaign
+
+    branched = load_config(args.config, [*args.overrides, f"run_name={args.branch}"])
+    return branched, campaign.completed_rounds(cfg) if args.from_round is None else args.from_round
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    cfg = _ready_for_a_flow(args)
+    if cfg is None:
         return 0
     overrides = list(args.overrides)
     if args.branch:
-        from rao_core import campaign, resume
+        from rao_core import resume
 
-        overrides.append(f"run_name={args.branch}")
-        branched = load_config(args.config, overrides)
-        start = campaign.completed_rounds(cfg) if args.from_round is None else args.from_round
+        branched, start = _branch(args, cfg)
         resume.branch(cfg, branched, start)
         print(f"branch {branched.run_dir}: rounds < {start} shared with {cfg.run_dir}", file=sys.stderr)
-        cfg = branched
-    _prefect_env()
+        cfg, overrides = branched, [*overrides, f"run_name={args.branch}"]
     from flows.training import train_flow
 
     train_flow(config=args.config, overrides=overrides)
@@ -152,10 +162,9 @@ def cmd_warmstart(args: argparse.Namespace) -> int:
 
 
 def cmd_round(args: argparse.Namespace) -> int:
-    cfg = _checked(args)
-    if args.check:
+    cfg = _ready_for_a_flow(args)
+    if cfg is None:
         return 0
-    _prefect_env()
     from flows.training import round_flow
 
     round_flow(config=args.config, overrides=args.overrides)
@@ -164,10 +173,9 @@ def cmd_round(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    cfg = _checked(args)
-    if args.check:
+    cfg = _ready_for_a_flow(args)
+    if cfg is None:
         return 0
-    _prefect_env()
     from flows.training import evaluate_flow
 
     result = evaluate_flow(

@@ -260,6 +260,11 @@ def eval_line(cfg: RunConfig, version: int, summary: dict[str, Any]) -> str:
     )
 
 
+def config_change_line(cfg: RunConfig, diff: dict[str, tuple[Any, Any]]) -> str:
+    changed = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in diff.items())
+    return f"{cfg.run_name}: settings changed from round {completed_rounds(cfg)}: {changed}"
+
+
 # -- where a run stands ------------------------------------------------------------------------
 def completed_rounds(cfg: RunConfig) -> int:
     """Rounds whose evaluation of the new policy is complete (the next round to run)."""

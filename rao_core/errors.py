@@ -10,6 +10,8 @@ failures.
 
 from __future__ import annotations
 
+from tenacity import AsyncRetrying, stop_after_attempt, wait_exponential
+
 
 class InfrastructureError(RuntimeError):
     """A component failed to serve; `kind` names which (engine, sandbox, judge, scorer, internal)."""
@@ -31,3 +33,12 @@ class SandboxStartError(InfrastructureError):
 
 class JudgeError(InfrastructureError):
     kind = "judge"
+
+
+def retrying(attempts: int) -> AsyncRetrying:
+    """Retry a component call that raised, with exponential backoff (0.5 s, 1 s, 2 s, ... up to 8 s),
+    re-raising the last error: `await retrying(3)(fn, *args)`. Only Exceptions are retried, so a
+    cancelled node never is (CancelledError is a BaseException)."""
+    return AsyncRetrying(
+        stop=stop_after_attempt(attempts), wait=wait_exponential(multiplier=0.5, max=8.0), reraise=True
+    )

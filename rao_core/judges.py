@@ -28,12 +28,10 @@ import uuid
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from tenacity import AsyncRetrying, stop_after_attempt, wait_exponential
-
 from rao_core.agent.policy import GenerationRequest, Policy
 from rao_core.agent.prompts import ChatFraming, truncate
 from rao_core.config import ConfigError, JudgeConfig, PolicyConfig
-from rao_core.errors import JudgeError
+from rao_core.errors import JudgeError, retrying
 
 # Bump when the rubric or the parsing rules change: old cached verdicts then stop matching.
 RUBRIC_VERSION = "rubric-v1"
@@ -195,15 +193,8 @@ class Judge(ABC):
         key = cache_key(self.name, goal, answer, reference)
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             return dataclasses.replace(hit, cached=True)
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.attempts),
-            wait=wait_exponential(multiplier=0.5, max=8.0),
-            reraise=True,
-        )
         try:
-            async for attempt in retrying:
-                with attempt:
-                    raw = await self.reply(goal, answer, reference)
+            raw = await retrying(self.attempts)(self.reply, goal, answer, reference)
         except Exception as e:  # not cached: the next call may succeed
             raise JudgeError(f"{self.name}: {type(e).__name__}: {e}") from e
         verdict = make_verdict(raw, self.name)

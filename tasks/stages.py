@@ -20,10 +20,7 @@ def synthesize(cfg: RunConfig) -> str:
 
     diff = campaign.prepare(cfg)
     if diff:
-        changed = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in diff.items())
-        get_run_logger().info(
-            f"{cfg.run_name}: settings changed from round {campaign.completed_rounds(cfg)}: {changed}"
-        )
+        get_run_logger().info(campaign.config_change_line(cfg, diff))
     return str(open_suite(cfg).dir)
 
 

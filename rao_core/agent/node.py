@@ -18,13 +18,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
-
 from rao_core.agent.parsing import parse_reply
 from rao_core.agent.policy import Generation, GenerationRequest, NodeState
 from rao_core.agent.prompts import system_prompt, truncate, user_prompt
 from rao_core.agent.sandbox import Sandbox
-from rao_core.errors import EngineError, InfrastructureError, SandboxStartError
+from rao_core.errors import EngineError, InfrastructureError, SandboxStartError, retrying
 
 if TYPE_CHECKING:
     from rao_core.agent.tree import TreeRun
@@ -77,44 +75,28 @@ def request_seed(tree_seed: int, tree_id: str, path: str, turn: int) -> int:
     return int.from_bytes(digest[:8], "little") >> 1  # 63 bits: fits every engine's seed type
 
 
-def _retrying(attempts: int) -> AsyncRetrying:
-    """Retry a component call that raised, with exponential backoff (0.5 s, 1 s, 2 s, ... up to 8 s).
-    A cancelled node is never retried (CancelledError is not an Exception)."""
-    return AsyncRetrying(
-        stop=stop_after_attempt(attempts),
-        wait=wait_exponential(multiplier=0.5, max=8.0),
-        retry=retry_if_exception(lambda e: isinstance(e, Exception)),
-        reraise=True,
-    )
-
-
 async def generate(tree: TreeRun, request: GenerationRequest) -> Generation:
     """The policy's reply, retried on failure; a policy that keeps failing raises EngineError."""
     try:
-        async for attempt in _retrying(tree.engine_attempts):
-            with attempt:
-                return await tree.policy.generate(request)
+        return await retrying(tree.engine_attempts)(tree.policy.generate, request)
     except Exception as e:
         raise EngineError(f"{type(e).__name__}: {e}") from e
-    raise AssertionError("unreachable")
 
 
 async def start_sandbox(tree: TreeRun, env: Environment) -> Sandbox:
     """The node's REPL worker, retried; one that cannot start raises SandboxStartError."""
     launch = [env.launch_tool] if tree.recursive else []
     try:
-        async for attempt in _retrying(SANDBOX_START_ATTEMPTS):
-            with attempt:
-                return await Sandbox.start(
-                    sync_tools=[*env.tools(), "finish", *([] if env.launch_async else launch)],
-                    async_tools=launch if env.launch_async else [],
-                    limits=tree.sandbox_cfg,
-                    variables=env.repl_variables(),
-                    echo=env.repl_echo,
-                )
+        return await retrying(SANDBOX_START_ATTEMPTS)(
+            Sandbox.start,
+            sync_tools=[*env.tools(), "finish", *([] if env.launch_async else launch)],
+            async_tools=launch if env.launch_async else [],
+            limits=tree.sandbox_cfg,
+            variables=env.repl_variables(),
+            echo=env.repl_echo,
+        )
     except Exception as e:
         raise SandboxStartError(f"{type(e).__name__}: {e}") from e
-    raise AssertionError("unreachable")
 
 
 def _tool_handler(tree: TreeRun, env: Environment, rec: NodeRecord, path: str, finish_message: list[str]):

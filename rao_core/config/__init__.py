@@ -15,25 +15,21 @@ from rao_core.config.loading import (
     to_dict,
 )
 from rao_core.config.sections import (
-    DIFFICULTIES,
     AgentConfig,
     CampaignConfig,
-    DeepDiveConfig,
     EvalConfig,
     JudgeConfig,
-    OolongConfig,
     PolicyConfig,
     RolloutConfig,
     RunConfig,
     SandboxConfig,
     ScoringConfig,
-    TaskConfig,
     TrackingConfig,
     TrainConfig,
     WarmStartConfig,
-    WorldConfig,
-    opt,
 )
+from rao_core.config.suites import DeepDiveConfig, OolongConfig, TaskConfig, WorldConfig
+from rao_core.config.types import DIFFICULTIES, opt
 
 __all__ = [
     "DIFFICULTIES", "REFERENCE_PROFILE", "SUITE_DEFAULTS", "AgentConfig", "CampaignConfig", "ConfigError",

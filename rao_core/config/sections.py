@@ -15,7 +15,6 @@ from pydantic import AfterValidator, Field, StrictBool, model_validator
 
 from rao_core.config.suites import DeepDiveConfig, OolongConfig, TaskConfig, WorldConfig
 from rao_core.config.types import (
-    DIFFICULTIES,
     ContextLimits,
     Difficulties,
     Float,
@@ -26,7 +25,6 @@ from rao_core.config.types import (
 )
 
 EngineKind = Literal["scripted", "hf", "vllm", "openai"]
-__all__ = ["DIFFICULTIES", "DeepDiveConfig", "OolongConfig", "TaskConfig", "WorldConfig", "opt"]
 
 
 @section

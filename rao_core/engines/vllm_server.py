@@ -97,6 +97,7 @@ class VLLMServer:
         self.model_dir: Path | None = None  # the checkpoint served (as asked for, before any copy)
         self.restarts = 0
         self.failed: str | None = None  # why the last recovery failed
+        self.probe_diff: float | None = None  # max |served - checkpoint| log-prob of the last check
         self.reloads: list[dict] = []  # per load: seconds, probe max |diff|
         self._served: Path | None = None  # the folder handed to vLLM (an untied copy, or the checkpoint)
         self._copies = 0
@@ -249,7 +250,7 @@ class VLLMServer:
     def _servable(self, model_dir: Path) -> Path:
         """What vLLM is given: on CPU an untied copy of a tied checkpoint (the reload bug), else the
         checkpoint itself."""
-        if serving_dtype(self.cfg) == "bfloat16":  # a GPU: the bug is the CPU backend's
+        if on_gpu(self.cfg):  # the bug is the CPU backend's
             self._served = model_dir
         else:
             self._copies += 1
@@ -275,6 +276,7 @@ class VLLMServer:
         ids = expected["token_ids"][1:]
         got = [float(entry[str(t)]["logprob"]) for entry, t in zip(served, ids, strict=True)]
         diff = max(abs(a - b) for a, b in zip(got, expected["logprobs"], strict=True))
+        self.probe_diff = diff
         if self.reloads:
             self.reloads[-1]["probe_max_diff"] = diff
         if diff > self.cfg.weight_check_tolerance:
@@ -326,16 +328,20 @@ def cpu_workarounds(cfg: PolicyConfig) -> list[str]:
     Generator does not use offset", when it rewinds the request's generator), and every request
     carries a seed (reproducible rollouts): prefills are never chunked. And eager mode: torch.compile
     adds 30 s to every start here and nothing measurable for small models (docs/engines.md)."""
-    return [] if serving_dtype(cfg) == "bfloat16" else ["--no-enable-chunked-prefill", "--enforce-eager"]
+    return [] if on_gpu(cfg) else ["--no-enable-chunked-prefill", "--enforce-eager"]
 
 
 def serving_dtype(cfg: PolicyConfig) -> str:
-    """policy.dtype, with auto = bfloat16 on a GPU machine (nvidia-smi present or device cuda), else
+    """policy.dtype, with auto = bfloat16 on a GPU, else
     float32 (vLLM's own auto would serve float32 weights as float16 on a GPU)."""
     if cfg.dtype != "auto":
         return cfg.dtype
-    gpu = cfg.device == "cuda" or (cfg.device == "auto" and shutil.which("nvidia-smi") is not None)
-    return "bfloat16" if gpu else "float32"
+    return "bfloat16" if on_gpu(cfg) else "float32"
+
+
+def on_gpu(cfg: PolicyConfig) -> bool:
+    """Whether the server runs on a GPU: policy.device cuda, or auto on a machine with nvidia-smi."""
+    return cfg.device == "cuda" or (cfg.device == "auto" and shutil.which("nvidia-smi") is not None)
 
 
 _SERVERS: dict[tuple, VLLMServer] = {}
