@@ -91,6 +91,8 @@ def _print_campaign(cfg) -> None:
     for version, row in summary.items():
         table.add_row(version, *(f"{row.get(d, float('nan')):.3f}" for d in (*difficulties, "all")))
     Console().print(table)
+    for line in campaign.gain_lines(cfg):
+        print(line)
 
 
 def _checked(args: argparse.Namespace):

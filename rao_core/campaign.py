@@ -260,6 +260,13 @@ def eval_line(cfg: RunConfig, version: int, summary: dict[str, Any]) -> str:
     )
 
 
+def gain_lines(cfg: RunConfig) -> list[str]:
+    """Per arm: the held-out gain of the latest version over the warm start, paired by task."""
+    from rao_core.eval import gains
+
+    return [gains.gain_line(a.run_name, g) for a in arms(cfg) if (g := gains.run_gain(a.run_dir))]
+
+
 def config_change_line(cfg: RunConfig, diff: dict[str, tuple[Any, Any]]) -> str:
     changed = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in diff.items())
     return f"{cfg.run_name}: settings changed from round {completed_rounds(cfg)}: {changed}"
@@ -316,11 +323,15 @@ def campaign_summary(cfg: RunConfig) -> dict[str, Any]:
 
 def eval_history(cfg: RunConfig) -> dict[int, dict[str, Any]]:
     """Every complete evaluation summary of the run, by policy version."""
+    return eval_history_of(cfg.run_dir)
+
+
+def eval_history_of(run_dir: Path) -> dict[int, dict[str, Any]]:
     from rao_core.eval.evaluate import summarize_eval
 
     out, v = {}, 0
-    while is_complete(cfg.run_dir / "eval" / f"round={v}"):
-        out[v] = summarize_eval(cfg.run_dir / "eval" / f"round={v}")
+    while is_complete(run_dir / "eval" / f"round={v}"):
+        out[v] = summarize_eval(run_dir / "eval" / f"round={v}")
         v += 1
     return out
 
@@ -328,18 +339,24 @@ def eval_history(cfg: RunConfig) -> dict[int, dict[str, Any]]:
 def write_campaign_report(cfg: RunConfig) -> dict[str, Path]:
     """reports/: learning curves of the arm(s) (table and plot) and depth reached against
     difficulty for the latest version of each arm; logged on the campaign's MLflow run."""
-    from rao_core.eval import report
+    from rao_core.eval import gains, report
 
-    arms = {cfg.agent.mode: eval_history(cfg)}
+    runs = {cfg.agent.mode: cfg.run_dir}
     if cfg.campaign.control_arm:
         control = control_config(cfg)
-        arms[control.agent.mode] = eval_history(control)
-    arms = {arm: history for arm, history in arms.items() if history}
+        runs[control.agent.mode] = control.run_dir
+    arms = {arm: h for arm, run_dir in runs.items() if (h := eval_history_of(run_dir))}
     out = cfg.run_dir / "reports"
     if not arms:
         return {}
+    gain = {arm: g for arm in arms if (g := gains.run_gain(runs[arm]))}
+    budget = {arm: gains.rollout_budget(runs[arm]) for arm in arms}
+    text = "## Held-out success per version (95% Wilson intervals)\n\n" + report.curves_markdown(arms)
+    if gain:
+        text += "\n## Gain over the warm start, paired by task\n\n" + report.gain_markdown(gain)
+    text += "\n## What the rollouts spent\n\n" + report.budget_markdown(budget)
     files = {
-        "curves": write_text(out / "learning_curves.md", report.curves_markdown(arms)),
+        "curves": write_text(out / "learning_curves.md", text),
         "curves_plot": report.plot_learning_curves(arms, out / "learning_curves.png"),
         "depth_plot": report.plot_depth_by_difficulty(
             {f"{arm} v{max(h)}": h[max(h)] for arm, h in arms.items()}, out / "depth_by_difficulty.png"

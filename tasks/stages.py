@@ -87,8 +87,10 @@ def campaign_report(cfg: RunConfig) -> list[str]:
     if "curves" in files:
         create_markdown_artifact(
             key=campaign.artifact_key(cfg, "learning-curves"),
-            markdown="# Held-out success per policy version\n\n" + files["curves"].read_text(),
+            markdown="# Learning curves\n\n" + files["curves"].read_text(),
         )
+    for line in campaign.gain_lines(cfg):
+        get_run_logger().info(line)
     return [str(p) for p in files.values()]
 
 

@@ -14,7 +14,9 @@ DIFFICULTY_ORDER = ("easy", "medium", "hard", "extreme")
 
 def difficulties(summary: dict[str, Any]) -> list[str]:
     """The difficulty keys of an evaluation summary, easiest first."""
-    keys = [k for k, v in summary.items() if isinstance(v, dict) and "success" in v and k != "all"]
+    keys = [
+        k for k, v in summary.items() if isinstance(v, dict) and {"success", "gain"} & set(v) and k != "all"
+    ]
     return sorted(keys, key=lambda k: (DIFFICULTY_ORDER.index(k) if k in DIFFICULTY_ORDER else 99, k))
 
 
@@ -62,6 +64,43 @@ def curves_markdown(arms: dict[str, dict[int, dict[str, Any]]]) -> str:
     for v in versions:
         row = [_cell(arms[a].get(v, {}).get(d)) for a, d in cols]
         lines.append(f"| v{v} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def gain_markdown(gains: dict[str, dict[str, Any]]) -> str:
+    """One row per (arm, difficulty): success at both versions on the same tasks, the paired gain
+    with its 95% bootstrap interval, and tasks better/worse (rao_core.eval.gains.run_gain)."""
+    lines = [
+        "| arm | difficulty | tasks | first | last | gain, 95% paired interval | better / worse |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for arm, g in gains.items():
+        for d in [*difficulties(g["by"]), "all"]:
+            m = g["by"].get(d)
+            if m:
+                lines.append(
+                    f"| {arm} v{g['first']} -> v{g['last']} | {d} | {m['tasks']} | {100 * m['first']:.0f}% "
+                    f"| {100 * m['last']:.0f}% | {100 * m['gain']:+.1f} [{100 * m['ci_low']:+.1f}, "
+                    f"{100 * m['ci_high']:+.1f}] | {m['better']} / {m['worse']} |"
+                )
+    return "\n".join(lines) + "\n"
+
+
+def budget_markdown(budgets: dict[str, list[dict[str, Any]]]) -> str:
+    """What each arm's rollouts spent, summed over rounds (sql/reports/rollout_budget.sql)."""
+    lines = [
+        "| arm | rounds | trees | nodes | sampled tokens | prompt tokens | rollout seconds |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for arm, rows in budgets.items():
+        t = {
+            k: sum(r[k] or 0 for r in rows)
+            for k in ("trees", "nodes", "sampled_tokens", "prompt_tokens", "seconds")
+        }
+        lines.append(
+            f"| {arm} | {len(rows)} | {t['trees']} | {t['nodes']} | {t['sampled_tokens']:,} "
+            f"| {t['prompt_tokens']:,} | {t['seconds']:.0f} |"
+        )
     return "\n".join(lines) + "\n"
 
 

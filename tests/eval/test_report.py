@@ -113,6 +113,10 @@ def test_campaign_report_logs_both_arms(tmp_path):
     files = campaign.write_campaign_report(cfg)
     text = files["curves"].read_text()
     assert "recursive easy" in text and "single easy" in text and "| v1 |" in text
+    assert "| recursive v0 -> v1 | all | 1 |" in text and "| single v0 -> v1 | all | 1 |" in text
+    assert "| recursive | 0 | 0 |" in text  # no rollouts yet: nothing spent
+    lines = campaign.gain_lines(cfg)
+    assert [line.split()[0] for line in lines] == [cfg.run_name, f"{cfg.run_name}-single"]
     client = MlflowClient(tracking.tracking_uri(cfg))
     names = {a.path for a in client.list_artifacts(tracking.campaign_run_id(cfg), "reports")}
     assert names == {f"reports/{p.name}" for p in files.values()}
