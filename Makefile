@@ -36,7 +36,7 @@ $(VLLM_STAMP): $(VLLM_REQS)
 	touch $(VLLM_STAMP)
 
 run: install            ## the main job: the embedded default training campaign (CPU, tiny model, runs/default)
-	.venv/bin/rao train
+	.venv/bin/rao train $(RUN_ARGS)
 
 test: install vllm      ## lint, then every test this machine can run (all but gpu): what CI runs
 	bash scripts/ensure_chromium.sh
