@@ -139,6 +139,27 @@ def plot_learning_curves(arms: dict[str, dict[int, dict[str, Any]]], out: Path) 
     return _save(fig, out)
 
 
+def plot_runs(runs: dict[str, dict[int, dict[str, Any]]], out: Path, difficulty: str = "all") -> Path:
+    """One line per run (seeds, settings) of held-out success on one difficulty: the spread of
+    reruns at a glance, each point with its Wilson interval."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for i, (name, versions) in enumerate(runs.items()):
+        vs = [v for v in sorted(versions) if versions[v].get(difficulty, {}).get("trees")]
+        dodge = 0.08 * (i - (len(runs) - 1) / 2)  # side by side, so the intervals stay readable
+        ms = [versions[v][difficulty] for v in vs]
+        lo = [m["success"] - m["success_ci_low"] for m in ms]
+        hi = [m["success_ci_high"] - m["success"] for m in ms]
+        ax.errorbar([v + dodge for v in vs], [m["success"] for m in ms], yerr=[lo, hi], marker="o", capsize=2, alpha=0.85,
+                    label=name)  # fmt: skip
+    ax.set(xlabel="policy version (0 = warm start)", ylabel=f"held-out success ({difficulty})")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_title(f"Held-out success per run ({difficulty})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _save(fig, out)
+
+
 def plot_depth_by_difficulty(cells: dict[str, dict[str, Any]], out: Path) -> Path:
     """Mean and maximum depth reached per difficulty, one bar group per labelled summary."""
     plt = _pyplot()

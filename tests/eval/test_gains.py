@@ -117,3 +117,19 @@ def test_rollout_budget_matches_a_plain_reference(tmp_path):
         assert {k: row[k] for k in want} == pytest.approx(want, abs=0.051)  # sums exact; rounding
     table = budget_markdown({"single": got})
     assert f"| single | 3 | 36 | {sum(e['nodes'] for e in expected)} |" in table
+
+
+def test_plot_runs_draws_one_line_per_run(tmp_path):
+    import matplotlib.image
+
+    from rao_core.eval.metrics import _summary
+    from rao_core.eval.report import plot_runs
+
+    def history(rates):
+        return {v: {"all": _summary([{"success": float(i < 10 * r), "nodes": 1, "max_depth": 0, "turns": 1,
+                                      "tokens": 1, "seconds": 1, "delegated": False} for i in range(10)])}
+                for v, r in enumerate(rates)}  # fmt: skip
+
+    out = plot_runs({"a": history([0.5, 0.6]), "b": history([0.5, 0.7, 0.8])}, tmp_path / "runs.png")
+    image = matplotlib.image.imread(out)
+    assert image.shape[0] > 100 and image.std() > 0.05  # a drawing, not a blank canvas

@@ -1,0 +1,37 @@
+"""Held-out success of several runs on one plot (reruns with other seeds, or other settings).
+
+    .venv/bin/python scripts/plot_runs.py --runs seed0 seed1 seed2 --out docs/img/seeds.png
+
+Reads each run's complete evaluations (runs/<name>/eval/round=v/); prints the table it plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rao_core.campaign import eval_history_of
+from rao_core.eval.report import plot_runs
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", nargs="+", required=True, help="run names (folders under --runs_dir)")
+    p.add_argument("--runs_dir", default="runs")
+    p.add_argument("--difficulty", default="all", help="all, or one evaluated difficulty")
+    p.add_argument("--out", default="runs/runs.png")
+    args = p.parse_args()
+    runs = {name: eval_history_of(Path(args.runs_dir) / name) for name in args.runs}
+    empty = [name for name, history in runs.items() if not history]
+    if empty:
+        raise SystemExit(f"--runs: no complete evaluation in {', '.join(empty)} (under {args.runs_dir})")
+    for name, history in runs.items():
+        cells = " ".join(
+            f"{100 * h.get(args.difficulty, {}).get('success', float('nan')):.0f}" for h in history.values()
+        )
+        print(f"{name}: {cells}")
+    print(plot_runs(runs, Path(args.out), args.difficulty))
+
+
+if __name__ == "__main__":
+    main()
