@@ -33,7 +33,7 @@ def round_config(cfg: RunConfig, round_: int) -> RunConfig:
 def control_config(cfg: RunConfig) -> RunConfig:
     """The single-agent control arm of a campaign: same model, tasks, budgets and rounds, in the
     run `<run_name>-single`, with no launch_subagent, w = 1 and lambda 0 (the plain group baseline
-    of the standard agent-RL recipe). A warm start trained by the main arm is shared, not redone."""
+    of the standard agent-RL recipe), and `campaign.control_tasks` root tasks a round if set. A warm start trained by the main arm is shared, not redone."""
     policy = cfg.policy
     if policy.model == "warmstart":
         policy = dataclasses.replace(policy, model=str(initial_model(cfg)))
@@ -44,6 +44,9 @@ def control_config(cfg: RunConfig) -> RunConfig:
         scoring=dataclasses.replace(cfg.scoring, lam=0.0, depth_weighting=False),
         campaign=dataclasses.replace(cfg.campaign, control_arm=False),
         policy=policy,
+        rollout=dataclasses.replace(
+            cfg.rollout, num_tasks=cfg.campaign.control_tasks or cfg.rollout.num_tasks
+        ),
     )
 
 

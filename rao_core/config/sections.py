@@ -311,6 +311,12 @@ class CampaignConfig:
         "also train the single-agent control arm with the same budget (run <run_name>-single: "
         "agent.mode single, plain group baseline, no depth weighting, lambda 0)",
     )
+    control_tasks: Int = opt(
+        0,
+        "root tasks per round of the control arm (0: rollout.num_tasks). Single-agent trees are "
+        "shorter; raise it until both arms sample as many tokens (reports/learning_curves.md)",
+        ge=0,
+    )
 
 
 @section

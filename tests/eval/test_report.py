@@ -103,6 +103,8 @@ def test_control_arm_config(tmp_path):
     for name in same:
         section, field = name.split(".")
         assert getattr(getattr(ctrl, section), field) == getattr(getattr(cfg, section), field)
+    more = campaign.control_config(toy_config(tmp_path, "campaign.control_tasks=7", "rollout.num_tasks=5"))
+    assert (more.rollout.num_tasks, more.rollout.group_size) == (7, cfg.rollout.group_size)
 
 
 def test_campaign_report_logs_both_arms(tmp_path):
