@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from rao_core.agent.parsing import parse_reply
 from rao_core.agent.policy import Generation, GenerationRequest, NodeState
-from rao_core.agent.prompts import system_prompt, truncate, user_prompt
+from rao_core.agent.prompts import mask_addresses, system_prompt, truncate, user_prompt
 from rao_core.agent.sandbox import Sandbox
 from rao_core.errors import EngineError, InfrastructureError, SandboxStartError, retrying
 
@@ -191,7 +191,9 @@ async def run_node(
                     rec.status = "timeout" if result.status == "timeout" else "error"
                     rec.finish_message = result.error or result.status
                     break
-                observation = truncate(result.output, cfg.max_observation_chars) or "(no output)"
+                observation = (
+                    truncate(mask_addresses(result.output), cfg.max_observation_chars) or "(no output)"
+                )
             state.last_observation = observation
             obs_ids = chat.observation_ids(observation)
             ids, mask = ids + obs_ids, mask + [0] * len(obs_ids)

@@ -8,6 +8,8 @@ template once, so any model family works without re-tokenising earlier turns.
 
 from __future__ import annotations
 
+import re
+
 from rao_core.agent.parsing import ReplyFormat
 from rao_core.config import AgentConfig
 from rao_core.envs.base import Environment
@@ -58,6 +60,15 @@ def system_prompt(env: Environment, fmt: ReplyFormat, cfg: AgentConfig, recursiv
 
 def user_prompt(env: Environment, depth: int, cfg: AgentConfig) -> str:
     return f"Goal: {env.goal_text()}\nYou are at depth {depth}. You have {cfg.max_steps} steps."
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
+
+
+def mask_addresses(text: str) -> str:
+    """`<function sub at 0x7f3a74544cc0>` -> `<function sub>`: an object's address differs from
+    one worker process to the next (ASLR), so a seeded rerun would otherwise see other tokens."""
+    return _ADDRESS.sub(">", text)
 
 
 def truncate(text: str, limit: int) -> str:

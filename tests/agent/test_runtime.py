@@ -211,3 +211,17 @@ def test_single_mode_has_no_launch_subagent():
 def test_targets_are_json():
     tree = run_tree(CellScript(lambda n: "finish('ok')"))
     assert json.loads(tree.records[0].targets) == {"goal": "say ok"}
+
+
+def test_object_addresses_are_masked_in_observations():
+    """A repr's address differs between worker processes, so a seeded rerun would see other tokens."""
+    from rao_core.agent.prompts import mask_addresses
+
+    assert mask_addresses("<function sub at 0x7f3a74544cc0>") == "<function sub>"
+    assert mask_addresses("0x7f3a and <object object at 0xABC123>") == "0x7f3a and <object object>"
+    tree = run_tree(
+        CellScript(lambda n: "print(launch_subagent, object())" if n.turn == 0 else "finish('ok')")
+    )
+    rec = tree.records[0]
+    assert "<function" in rec.transcript and "<object object>" in rec.transcript
+    assert " at 0x" not in rec.transcript
