@@ -151,8 +151,8 @@ class RolloutConfig:
     num_tasks: Int = opt(8, "root tasks N", ge=1)
     group_size: Int = opt(
         12,
-        "trees per root task G (the leave-one-out baseline needs G >= 2); 8 x 12 trains every group "
-        "where 16 x 6 left a third all-success or all-failure (docs/main-job.md)",
+        "trees per root task G (the leave-one-out baseline needs G >= 2); 8 x 12 left 25% of the "
+        "trees in all-success or all-failure groups where 16 x 6 left 38% (docs/main-job.md)",
         ge=1,
     )
     max_concurrent_trees: Int = opt(16, "trees in flight at once", ge=1)
