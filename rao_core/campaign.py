@@ -33,7 +33,8 @@ def round_config(cfg: RunConfig, round_: int) -> RunConfig:
 def control_config(cfg: RunConfig) -> RunConfig:
     """The single-agent control arm of a campaign: same model, tasks, budgets and rounds, in the
     run `<run_name>-single`, with no launch_subagent, w = 1 and lambda 0 (the plain group baseline
-    of the standard agent-RL recipe), and `campaign.control_tasks` root tasks a round if set. A warm start trained by the main arm is shared, not redone."""
+    of the standard agent-RL recipe), and `campaign.control_tasks` root tasks a round if set.
+    A warm start trained by the main arm is shared, not redone."""
     policy = cfg.policy
     if policy.model == "warmstart":
         policy = dataclasses.replace(policy, model=str(initial_model(cfg)))
@@ -368,6 +369,10 @@ def write_campaign_report(cfg: RunConfig) -> dict[str, Path]:
     parent = tracking.campaign_run_id(cfg)
     for path in files.values():
         tracking.log_artifacts(cfg, parent, path, "reports")
+    for arm, g in gain.items():  # gain/<arm>/<difficulty>, its interval, at step = latest version
+        metrics = {f"gain/{arm}/{d}{k}": m[key] for d, m in g["by"].items()
+                   for k, key in (("", "gain"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high"))}  # fmt: skip
+        tracking.log_metrics(cfg, parent, metrics, step=g["last"])
     return files
 
 

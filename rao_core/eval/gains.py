@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rao_core.eval.metrics import paired_bootstrap
+from rao_core.eval.report import difficulties
 from rao_core.store.db import connect
 from rao_core.store.parquet import is_complete, read_partition
 from rao_core.store.sqlfiles import run_sql
@@ -65,7 +66,8 @@ def run_gain(run_dir: Path, first: int = 0, last: int | None = None) -> dict[str
     if last is None or first not in done or last not in done or last == first:
         return None
     rows = [read_partition(run_dir / "eval" / f"round={v}", "nodes").to_pylist() for v in (first, last)]
-    return {"first": first, "last": last, "by": paired_gain(*rows)}
+    by = paired_gain(*rows)
+    return {"first": first, "last": last, "by": by} if by else None  # None: no task in common
 
 
 def rollout_budget(run_dir: Path) -> list[dict[str, Any]]:
@@ -82,7 +84,7 @@ def rollout_budget(run_dir: Path) -> list[dict[str, Any]]:
 def gain_line(arm: str, gain: dict[str, Any]) -> str:
     """One line for logs and the terminal: the paired gain per difficulty, then over all tasks."""
     by = gain["by"]
-    order = [d for d in by if d != "all"] + ["all"]
+    order = [*difficulties(by), "all"]
     cells = ", ".join(
         f"{d} {100 * by[d]['gain']:+.1f} [{100 * by[d]['ci_low']:+.1f}, {100 * by[d]['ci_high']:+.1f}]"
         for d in order

@@ -122,3 +122,10 @@ def test_campaign_report_logs_both_arms(tmp_path):
     client = MlflowClient(tracking.tracking_uri(cfg))
     names = {a.path for a in client.list_artifacts(tracking.campaign_run_id(cfg), "reports")}
     assert names == {f"reports/{p.name}" for p in files.values()}
+    metrics = client.get_run(tracking.campaign_run_id(cfg)).data.metrics
+    for arm in ("recursive", "single"):
+        assert (
+            metrics[f"gain/{arm}/all_ci_low"]
+            <= metrics[f"gain/{arm}/all"]
+            <= metrics[f"gain/{arm}/all_ci_high"]
+        )
