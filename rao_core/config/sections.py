@@ -148,11 +148,11 @@ class JudgeConfig:
 class RolloutConfig:
     split: Literal["train", "val"] = opt("train", "which tasks to roll out")
     difficulty: Difficulties = opt("hard", "easy, medium, hard, extreme, or a comma list")
-    num_tasks: Int = opt(8, "root tasks N", ge=1)
+    num_tasks: Int = opt(16, "root tasks N", ge=1)
     group_size: Int = opt(
-        12,
-        "trees per root task G (the leave-one-out baseline needs G >= 2); 8 x 12 left 25% of the "
-        "trees in all-success or all-failure groups where 16 x 6 left 38% (docs/main-job.md)",
+        6,
+        "trees per root task G (the leave-one-out baseline needs G >= 2); 8 x 12 wastes fewer trees "
+        "on groups without spread but made `make run` 23.6 min, past its 20 (docs/main-job.md)",
         ge=1,
     )
     max_concurrent_trees: Int = opt(16, "trees in flight at once", ge=1)
