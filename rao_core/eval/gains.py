@@ -12,43 +12,33 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from rao_core.eval.metrics import paired_bootstrap
+from rao_core.eval.metrics import paired_bootstrap, per_task_success
 from rao_core.eval.report import difficulties
 from rao_core.store.db import connect
 from rao_core.store.parquet import is_complete, read_partition
 from rao_core.store.sqlfiles import run_sql
 
 
-def _root_success(rows: list[dict[str, Any]]) -> dict[str, tuple[str, float]]:
-    """task -> (difficulty, mean root success over its trees)."""
-    wins: dict[str, list[float]] = defaultdict(list)
-    difficulty = {}
-    for r in rows:
-        if r["parent_id"] is None:
-            wins[r["task_id"]].append(float(r["success"]))
-            difficulty[r["task_id"]] = r["difficulty"]
-    return {t: (difficulty[t], sum(v) / len(v)) for t, v in wins.items()}
-
-
 def paired_gain(first: list[dict[str, Any]], last: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per difficulty and "all": success of both versions on the tasks they share, the mean
     per-task difference with its 95% paired bootstrap interval, and how many tasks got better/worse."""
-    a, b = _root_success(first), _root_success(last)
+    a, b = per_task_success(first), per_task_success(last)
+    difficulty = {r["task_id"]: r["difficulty"] for r in first if r["parent_id"] is None}
     shared = sorted(set(a) & set(b))
     groups: dict[str, list[str]] = defaultdict(list)
     for t in shared:
-        groups[a[t][0]].append(t)
+        groups[difficulty[t]].append(t)
     groups["all"] = shared
     out = {}
     for name, tasks in groups.items():
         if not tasks:
             continue
-        diffs = [b[t][1] - a[t][1] for t in tasks]
+        diffs = [b[t] - a[t] for t in tasks]
         lo, hi = paired_bootstrap(diffs)
         out[name] = {
             "tasks": len(tasks),
-            "first": sum(a[t][1] for t in tasks) / len(tasks),
-            "last": sum(b[t][1] for t in tasks) / len(tasks),
+            "first": sum(a[t] for t in tasks) / len(tasks),
+            "last": sum(b[t] for t in tasks) / len(tasks),
             "gain": sum(diffs) / len(diffs),
             "ci_low": lo,
             "ci_high": hi,
