@@ -97,14 +97,22 @@ def stage_score(cfg: RunConfig, round_: int) -> Path:
     return score_round(cfg.run_dir, round_, cfg.scoring)
 
 
+def round_lr(cfg: RunConfig, round_: int) -> float:
+    """The learning rate of round `round_`: linear from train.lr at round 0 to train.lr * lr_final
+    at the campaign's last round; rounds added later keep the last value."""
+    last = max(1, cfg.campaign.rounds - 1)
+    return cfg.train.lr * (1 + (cfg.train.lr_final - 1) * min(round_, last) / last)
+
+
 def stage_train(cfg: RunConfig, round_: int) -> dict[str, Any]:
     """In the flow's process, or as `accelerate launch` on N processes when train.accelerate_config is set."""
     from rao_core.train.stage import launch_round, train_round
 
     paths = (cfg.run_dir, round_, model_path(cfg, round_), checkpoint_dir(cfg, round_ + 1))
+    train = dataclasses.replace(cfg.train, lr=round_lr(cfg, round_))
     if cfg.train.accelerate_config:
-        return launch_round(cfg.train.accelerate_config, *paths, cfg.train)
-    return train_round(*paths, cfg.train)
+        return launch_round(cfg.train.accelerate_config, *paths, train)
+    return train_round(*paths, train)
 
 
 def stage_evaluate(cfg: RunConfig, version: int, progress: bool = False) -> dict[str, Any]:
@@ -341,8 +349,9 @@ def eval_history_of(run_dir: Path) -> dict[int, dict[str, Any]]:
 
 
 def write_campaign_report(cfg: RunConfig) -> dict[str, Path]:
-    """reports/: learning curves of the arm(s) (table and plot) and depth reached against
-    difficulty for the latest version of each arm; logged on the campaign's MLflow run."""
+    """reports/: learning curves of the arm(s) (table and plot), the paired gain, the rollout
+    budget, delegation per version (table and plot) and depth reached against difficulty for the
+    latest version of each arm; logged on the campaign's MLflow run."""
     from rao_core.eval import gains, report
 
     runs = {cfg.agent.mode: cfg.run_dir}
@@ -355,13 +364,16 @@ def write_campaign_report(cfg: RunConfig) -> dict[str, Path]:
         return {}
     gain = {arm: g for arm in arms if (g := gains.run_gain(runs[arm]))}
     budget = {arm: gains.rollout_budget(runs[arm]) for arm in arms}
+    delegation = {arm: gains.delegation_by_round(runs[arm]) for arm in arms}
     text = "## Held-out success per version (95% Wilson intervals)\n\n" + report.curves_markdown(arms)
     if gain:
         text += "\n## Gain over the warm start, paired by task\n\n" + report.gain_markdown(gain)
     text += "\n## What the rollouts spent\n\n" + report.budget_markdown(budget)
+    text += "\n## Delegation per policy version\n\n" + report.delegation_markdown(arms, delegation)
     files = {
         "curves": write_text(out / "learning_curves.md", text),
         "curves_plot": report.plot_learning_curves(arms, out / "learning_curves.png"),
+        "delegation_plot": report.plot_delegation(arms, delegation, out / "delegation.png"),
         "depth_plot": report.plot_depth_by_difficulty(
             {f"{arm} v{max(h)}": h[max(h)] for arm, h in arms.items()}, out / "depth_by_difficulty.png"
         ),

@@ -76,7 +76,7 @@ def mlflow_runs(cfg):
 def test_train_flow_end_to_end(prefect_server, tmp_path):
     from flows.training import train_flow
 
-    ov = overrides(tmp_path)
+    ov = overrides(tmp_path, "train.lr_final=0.5")
     cfg = load_config(overrides=ov)
     state = train_flow(overrides=ov, return_state=True)
     summary = state.result()
@@ -96,13 +96,19 @@ def test_train_flow_end_to_end(prefect_server, tmp_path):
     assert sorted(m.step for m in history) == [0, 1, 2]
     child_metrics = children[0].data.metrics
     assert "train/loss" in child_metrics and "scores/mean_reward" in child_metrics
+    lrs = sorted(c.data.metrics["train/lr"] for c in children)  # the schedule reached the trainer
+    assert lrs == pytest.approx([5e-4, 1e-3])
     assert "eval/easy/success" in child_metrics and "rollout/nodes_per_tree" in child_metrics
     artifacts = {a.path for a in client.list_artifacts(children[0].info.run_id)}
     assert {"eval", "scores", "checkpoint", "trees"} <= artifacts
     pages = [a.path for a in client.list_artifacts(children[0].info.run_id, "trees")]
     assert pages and all(p.endswith(".html") for p in pages)  # viewer pages of sampled trees
     reports = {a.path for a in client.list_artifacts(parent[0].info.run_id, "reports")}
-    assert {"reports/learning_curves.png", "reports/depth_by_difficulty.png"} <= reports
+    assert {
+        "reports/learning_curves.png",
+        "reports/depth_by_difficulty.png",
+        "reports/delegation.png",
+    } <= reports
 
     from prefect.client.orchestration import get_client
 
@@ -153,6 +159,19 @@ def test_control_arm_trains_beside_the_main_arm(prefect_server, tmp_path):
     assert is_complete(control.run_dir / "eval" / "round=1")
     curves = (cfg.run_dir / "reports" / "learning_curves.md").read_text()
     assert "recursive easy" in curves and "single easy" in curves
+
+
+@pytest.mark.parametrize("rounds", [1, 2, 8])
+def test_round_lr_goes_linearly_to_lr_final(rounds):
+    cfg = load_config(overrides=[f"campaign.rounds={rounds}", "train.lr=1e-3", "train.lr_final=0.1"])
+    lrs = [campaign.round_lr(cfg, r) for r in range(rounds + 2)]  # two rounds past the campaign
+    assert lrs[0] == pytest.approx(1e-3)
+    if rounds > 1:
+        step = (1e-4 - 1e-3) / (rounds - 1)
+        assert lrs[:rounds] == pytest.approx([1e-3 + step * r for r in range(rounds)])
+        assert lrs[rounds:] == pytest.approx([1e-4, 1e-4])  # added rounds keep the last value
+    const = load_config(overrides=[f"campaign.rounds={rounds}", "train.lr=1e-3"])
+    assert {campaign.round_lr(const, r) for r in range(rounds + 2)} == {1e-3}
 
 
 def test_a_run_folder_of_another_suite_is_refused(tmp_path, capsys):

@@ -206,9 +206,15 @@ class TrainConfig:
     )
     lr: Float = opt(
         1.5e-4,
-        "AdamW learning rate, constant (the tiny model; the paper uses 3e-6 for 4B; 0 measures without updating)",
+        "AdamW learning rate, constant within a round (the tiny model; the paper uses 3e-6 for 4B; 0 measures without updating)",
         ge=0,
         lt=1,
+    )
+    lr_final: Float = opt(
+        1.0,
+        "lr multiplier at the campaign's last round: the lr goes linearly from lr (round 0) to "
+        "lr * lr_final (1: constant)",
+        ge=0,
     )
     betas: list[Annotated[Float, Field(ge=0, lt=1)]] = opt(
         [0.9, 0.95], "AdamW betas (two numbers in [0, 1))", min_length=2, max_length=2
@@ -346,6 +352,13 @@ class WarmStartConfig:
     give_up_rate: Float = opt(
         0.0,
         "share of expert sub-agents that fail (quit at once or loop), so parents show recovery",
+        ge=0,
+        le=1,
+    )
+    inline_rate: Float = opt(
+        0.0,
+        "share of the expert's recursive-prompt nodes that walk their item inline instead of delegating "
+        "(> 0: a warm start that delegates rarely, for RL to teach delegation; docs/main-job.md)",
         ge=0,
         le=1,
     )

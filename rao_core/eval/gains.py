@@ -1,5 +1,5 @@
-"""What RL changed: held-out gain between two policy versions, paired by task, and what each
-arm's rollouts spent. Reads the campaign's own evaluations (the same tasks for every version) and
+"""What RL changed: held-out gain between two policy versions, paired by task, what each arm's
+rollouts spent, and how often they delegated. Reads the campaign's own evaluations (the same tasks for every version) and
 the rollout store; no new rollouts.
 
 A greedy evaluation moves in steps of one task, and one round can move it either way; pairing
@@ -62,9 +62,19 @@ def run_gain(run_dir: Path, first: int = 0, last: int | None = None) -> dict[str
 
 def rollout_budget(run_dir: Path) -> list[dict[str, Any]]:
     """Per round: trees, nodes, sampled and prompt tokens, seconds (sql/reports/rollout_budget.sql)."""
+    return _report_rows(run_dir, "reports/rollout_budget")
+
+
+def delegation_by_round(run_dir: Path) -> list[dict[str, Any]]:
+    """Per round of training rollouts: root delegation rate, mean deepest level, root success
+    (sql/reports/delegation_by_round.sql)."""
+    return _report_rows(run_dir, "reports/delegation_by_round")
+
+
+def _report_rows(run_dir: Path, name: str) -> list[dict[str, Any]]:
     con = connect(run_dir)
     try:
-        cur = run_sql(con, "reports/rollout_budget")
+        cur = run_sql(con, name)
         cols = [c[0] for c in cur.description]
         return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
     finally:

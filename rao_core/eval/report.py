@@ -104,6 +104,30 @@ def budget_markdown(budgets: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def delegation_markdown(
+    arms: dict[str, dict[int, dict[str, Any]]], rollouts: dict[str, list[dict[str, Any]]]
+) -> str:
+    """Per arm and policy version: how often the root delegated and how deep trees went, on the
+    held-out tasks (greedy evaluation) and in the training rollouts that version sampled."""
+    lines = [
+        "| arm | version | held-out: root delegates | mean depth | success "
+        "| rollouts: root delegates | mean depth | root success |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    pct = lambda x: "" if x is None else f"{100 * x:.0f}%"  # noqa: E731
+    num = lambda x: "" if x is None else f"{x:.2f}"  # noqa: E731
+    for arm, versions in arms.items():
+        sampled = {r["policy_version"]: r for r in rollouts.get(arm, [])}
+        for v in sorted(versions.keys() | sampled.keys()):
+            e, r = versions.get(v, {}).get("all", {}), sampled.get(v, {})
+            lines.append(
+                f"| {arm} | v{v} | {pct(e.get('root_delegation_rate'))} | {num(e.get('mean_max_depth'))} "
+                f"| {pct(e.get('success'))} | {pct(r.get('root_delegation_rate'))} "
+                f"| {num(r.get('mean_max_depth'))} | {pct(r.get('root_success'))} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
 def _pyplot():
     import matplotlib
 
@@ -157,6 +181,34 @@ def plot_runs(runs: dict[str, dict[int, dict[str, Any]]], out: Path, difficulty:
     ax.set_title(f"Held-out success per run ({difficulty})")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
+    return _save(fig, out)
+
+
+def plot_delegation(
+    arms: dict[str, dict[int, dict[str, Any]]], rollouts: dict[str, list[dict[str, Any]]], out: Path
+) -> Path:
+    """Two panels against policy version: the share of roots that delegate, and the mean depth
+    reached; solid lines are the greedy held-out evaluation, dashed the sampled training rollouts."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, arm in enumerate(dict.fromkeys([*arms, *rollouts])):
+        colour = colours[i % len(colours)]
+        ev = {v: s["all"] for v, s in arms.get(arm, {}).items() if s.get("all", {}).get("trees")}
+        ro = {r["policy_version"]: r for r in rollouts.get(arm, [])}
+        for ax, key in ((left, "root_delegation_rate"), (right, "mean_max_depth")):
+            for points, style, what in ((ev, "-", "held-out"), (ro, "--", "rollouts")):
+                vs = sorted(points)
+                if vs:
+                    ax.plot(vs, [points[v][key] for v in vs], style, marker="o", color=colour,
+                            label=f"{arm} {what}")  # fmt: skip
+    left.set(xlabel="policy version (0 = warm start)", ylabel="roots that delegate", ylim=(-0.02, 1.02))
+    right.set(xlabel="policy version (0 = warm start)", ylabel="mean depth reached (root = 0)")
+    for ax in (left, right):
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.3)
+    left.legend(fontsize=7)
+    fig.suptitle("Delegation per policy version")
     return _save(fig, out)
 
 

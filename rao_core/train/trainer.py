@@ -416,6 +416,7 @@ def train_rows(
         trained_samples=len(used),
         grad_accum=accum,
         loss_type=cfg.loss_type,
+        lr=cfg.lr,
         temperature=temperature,
         device=str(device),
         bf16=bool(args.bf16),

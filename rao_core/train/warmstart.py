@@ -88,7 +88,9 @@ def expert_examples(cfg: WarmStartConfig, chat: ChatFraming) -> list[dict]:
         for i in range(n):
             task = make_small_task(train_seed(rng), rng.choice(tiers), "train")
             jobs.append((mode, TreeSpec(f"ws-{mode}-{i}", 0, env_from_small_task(task), task.difficulty)))
-    expert = SmallExpert(error_rate=cfg.error_rate, give_up_rate=cfg.give_up_rate)
+    expert = SmallExpert(
+        error_rate=cfg.error_rate, give_up_rate=cfg.give_up_rate, inline_rate=cfg.inline_rate
+    )
     runs = asyncio.run(_run_trees(jobs, expert, chat, cfg.context, cfg.max_concurrent_trees, 1.0))
     rows = []
     for mode, run in runs:

@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from rao_core.eval.gains import gain_line, paired_gain, rollout_budget, run_gain
+from rao_core.eval.gains import delegation_by_round, gain_line, paired_gain, rollout_budget, run_gain
 from rao_core.eval.metrics import paired_bootstrap
-from rao_core.eval.report import budget_markdown, gain_markdown
+from rao_core.eval.report import budget_markdown, delegation_markdown, gain_markdown
 from tests.store.forest import node_table, random_forest, write_round
 
 
@@ -133,3 +133,49 @@ def test_plot_runs_draws_one_line_per_run(tmp_path):
     out = plot_runs({"a": history([0.5, 0.6]), "b": history([0.5, 0.7, 0.8])}, tmp_path / "runs.png")
     image = matplotlib.image.imread(out)
     assert image.shape[0] > 100 and image.std() > 0.05  # a drawing, not a blank canvas
+
+
+def test_delegation_by_round_matches_a_plain_reference(tmp_path):
+    rng = random.Random(3)
+    expected = []
+    for r in range(3):
+        cols = random_forest(rng, n_tasks=5, group_size=3, p_child=0.3 * r)  # round 0: no children
+        cols["policy_version"] = [r] * len(cols["node_id"])
+        cols["success"] = [float(rng.random() < 0.5) for _ in cols["node_id"]]
+        write_round(tmp_path, r, node_table(cols, round=r))
+        trees: dict[str, list[int]] = {}
+        for i, tree in enumerate(cols["tree_id"]):
+            trees.setdefault(tree, []).append(i)
+        root_of = {t: next(i for i in ix if cols["parent_id"][i] is None) for t, ix in trees.items()}
+        delegated = [
+            any(cols["parent_id"][i] == cols["node_id"][root_of[t]] for i in ix) for t, ix in trees.items()
+        ]
+        expected.append(
+            {"round": r, "policy_version": r, "trees": len(trees),
+             "root_delegation_rate": sum(delegated) / len(trees),
+             "mean_max_depth": sum(max(cols["depth"][i] for i in ix) for ix in trees.values()) / len(trees),
+             "root_success": sum(cols["success"][root_of[t]] for t in trees) / len(trees)}
+        )  # fmt: skip
+    got = delegation_by_round(tmp_path)
+    assert got[0]["root_delegation_rate"] == 0 and got[0]["mean_max_depth"] == 0  # no children
+    for row, want in zip(got, expected, strict=True):
+        assert row == pytest.approx(want, abs=0.0051)  # rounded to 3 places
+    table = delegation_markdown({"recursive": {}}, {"recursive": got})
+    assert f"| recursive | v2 |  |  |  | {100 * expected[2]['root_delegation_rate']:.0f}% |" in table
+
+
+def test_plot_delegation_draws_both_panels(tmp_path):
+    import matplotlib.image
+
+    from rao_core.eval.metrics import _summary
+    from rao_core.eval.report import plot_delegation
+
+    def summary(rate):
+        return {"all": _summary([{"success": 1.0, "nodes": 1, "max_depth": int(i < 10 * rate), "turns": 1,
+                                  "tokens": 1, "seconds": 1, "delegated": i < 10 * rate} for i in range(10)])}  # fmt: skip
+
+    arms = {"recursive": {0: summary(0.1), 1: summary(0.6)}}
+    rows = [{"policy_version": 0, "root_delegation_rate": 0.2, "mean_max_depth": 0.3, "root_success": 0.4}]
+    image = matplotlib.image.imread(plot_delegation(arms, {"recursive": rows}, tmp_path / "d.png"))
+    assert image.shape[1] > image.shape[0] and image.std() > 0.05  # two panels side by side, drawn
+    assert "| recursive | v1 | 60% | 0.60 | 100% |  |  |  |" in delegation_markdown(arms, {})

@@ -8,7 +8,9 @@ its trees are exactly what a model would produce:
 
 With `error_rate` > 0 it slips the way the tiny model does (a misspelt name in a lookup or a craft,
 a forgotten ingredient, a craft too early), at most once per item, then repairs from the error it
-reads, so the data shows recovery. Slip turns are remembered in `mistakes` (node id -> turn
+reads, so the data shows recovery. With `inline_rate` > 0 that share of nodes that could delegate
+walk their whole item inline instead (one decision per node, at its first turn): a warm start
+trained on such data delegates rarely, the starting point of RL teaching delegation. Slip turns are remembered in `mistakes` (node id -> turn
 indices) so the warm start can keep them out of the loss while still training on the repair.
 """
 
@@ -36,8 +38,15 @@ class _Frame:
 
 
 class SmallExpert(Policy):
-    def __init__(self, error_rate: float = 0.0, latency_s: float = 0.0, give_up_rate: float = 0.0) -> None:
+    def __init__(
+        self,
+        error_rate: float = 0.0,
+        latency_s: float = 0.0,
+        give_up_rate: float = 0.0,
+        inline_rate: float = 0.0,
+    ) -> None:
         self.error_rate, self.latency_s, self.give_up_rate = error_rate, latency_s, give_up_rate
+        self.inline_rate = inline_rate  # share of nodes that could delegate but walk their tree inline
         self.mistakes: dict[str, set[int]] = {}
 
     async def generate(self, request: GenerationRequest) -> Generation:
@@ -71,6 +80,8 @@ class SmallExpert(Policy):
                 return "finish('done')", True
         if node.memory.get("loop_cell"):
             return node.memory["loop_cell"], True
+        if node.recursive and self.inline_rate > 0 and "inline" not in node.memory:  # no draw at 0: same data
+            node.memory["inline"] = node.rng.random() < self.inline_rate
         stack: list[_Frame] = node.memory.setdefault("stack", [_Frame(env.target)])
         if not stack:
             return "finish('done')", False
@@ -92,7 +103,7 @@ class SmallExpert(Policy):
             if self._slip(node, top):  # crafts too early: the error names the missing ingredients
                 return self._craft(top, env)
             item = top.todo.pop(0)
-            if node.recursive and node.depth < node.max_depth:
+            if node.recursive and node.depth < node.max_depth and not node.memory.get("inline"):
                 return f"sub({item!r})", False
             stack.append(_Frame(item))
             return self.next_cell(node)
