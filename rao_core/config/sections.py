@@ -338,6 +338,11 @@ class WarmStartConfig:
     kv_heads: Int = opt(2, "key/value heads", ge=1)
     intermediate: Int = opt(384, "MLP width", ge=8)
     context: Int = opt(2048, "max tokens per node (model positions, runtime budget, SFT max length)", ge=256)
+    init_model: str = opt(
+        "",
+        "fine-tune this checkpoint (a shipped name or a local folder) instead of a fresh model; the "
+        "model settings above and the copy drill are then unused",
+    )
     recursive_episodes: Int = opt(2500, "expert trees in the recursive shape (several nodes each)", ge=0)
     flat_episodes: Int = opt(4000, "expert trees in the flat shape (one node each)", ge=0)
     recursive_tiers: list[Annotated[Int, Field(ge=1, le=6)]] = opt(
@@ -355,10 +360,10 @@ class WarmStartConfig:
         ge=0,
         le=1,
     )
-    inline_rate: Float = opt(
+    root_inline_rate: Float = opt(
         0.0,
-        "share of the expert's recursive-prompt nodes that walk their item inline instead of delegating "
-        "(> 0: a warm start that delegates rarely, for RL to teach delegation; docs/main-job.md)",
+        "share of the expert's recursive trees whose root walks the task inline instead of delegating "
+        "(> 0: a warm start that rarely delegates at the root, for RL to teach it; docs/main-job.md)",
         ge=0,
         le=1,
     )

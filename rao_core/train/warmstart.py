@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from datasets import Dataset
-from transformers import TrainerCallback
+from transformers import AutoModelForCausalLM, TrainerCallback
 from trl import SFTConfig, SFTTrainer
 
 from rao_core.agent.policy import Policy
@@ -45,6 +45,7 @@ from rao_core.envs.textcraft.small import (
 )
 from rao_core.envs.textcraft.small_expert import SmallExpert
 from rao_core.eval.metrics import wilson_interval
+from rao_core.models.paths import SHIPPED
 from rao_core.models.tiny import build_tiny_model, save_checkpoint
 from rao_core.models.tokenizer import tiny_tokenizer
 from rao_core.store.files import write_json, write_text
@@ -89,7 +90,7 @@ def expert_examples(cfg: WarmStartConfig, chat: ChatFraming) -> list[dict]:
             task = make_small_task(train_seed(rng), rng.choice(tiers), "train")
             jobs.append((mode, TreeSpec(f"ws-{mode}-{i}", 0, env_from_small_task(task), task.difficulty)))
     expert = SmallExpert(
-        error_rate=cfg.error_rate, give_up_rate=cfg.give_up_rate, inline_rate=cfg.inline_rate
+        error_rate=cfg.error_rate, give_up_rate=cfg.give_up_rate, root_inline_rate=cfg.root_inline_rate
     )
     runs = asyncio.run(_run_trees(jobs, expert, chat, cfg.context, cfg.max_concurrent_trees, 1.0))
     rows = []
@@ -339,16 +340,20 @@ def warm_start(cfg: WarmStartConfig, out_dir: str | Path, progress: bool = False
     if progress:
         print(f"expert data: {json.dumps(data)}", flush=True)
     torch.manual_seed(cfg.seed)
-    model = build_tiny_model(tok, seed=cfg.seed, hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads,
-                             kv_heads=cfg.kv_heads, intermediate=cfg.intermediate, max_positions=cfg.context)  # fmt: skip
+    if cfg.init_model:  # fine-tune a trained checkpoint: it can already copy, so no drill
+        model = AutoModelForCausalLM.from_pretrained(SHIPPED / cfg.init_model if (SHIPPED / cfg.init_model).is_dir()
+                                                     else cfg.init_model, dtype=torch.float32)  # fmt: skip
+    else:
+        model = build_tiny_model(tok, seed=cfg.seed, hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads,
+                                 kv_heads=cfg.kv_heads, intermediate=cfg.intermediate, max_positions=cfg.context)  # fmt: skip
     params = sum(p.numel() for p in model.parameters())
     t1, train = time.monotonic(), {}
-    if cfg.drill_steps > 0:
+    if cfg.drill_steps > 0 and not cfg.init_model:
         drill = _Phase("drill", copy_drill(tok, 16 * cfg.drill_steps, cfg.seed), 16, cfg.max_minutes / 2,
                        cfg.drill_steps, decay=0.0, stop_loss=cfg.drill_stop_loss)  # fmt: skip
         train["drill"] = train_sft(model, tok, drill, cfg, out, progress)
     minutes = cfg.max_minutes - (time.monotonic() - t1) / 60
-    mix = copy_drill(tok, int(cfg.drill_mix * len(rows)), cfg.seed + 1) if cfg.drill_steps > 0 else []
+    mix = copy_drill(tok, int(cfg.drill_mix * len(rows)), cfg.seed + 1) if "drill" in train else []
     main = _Phase("sft", rows + mix, cfg.batch_size, minutes, cfg.max_steps, decay=cfg.decay)
     train.update(train_sft(model, tok, main, cfg, out, progress))
     save_checkpoint(model, tok, out / "model")

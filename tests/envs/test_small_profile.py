@@ -123,12 +123,12 @@ def test_success_means_crafted_not_owned():
 
 
 def run_expert(
-    tasks, mode: str, error_rate: float = 0.0, give_up_rate: float = 0.0, inline_rate: float = 0.0
+    tasks, mode: str, error_rate: float = 0.0, give_up_rate: float = 0.0, root_inline_rate: float = 0.0
 ) -> list[tuple[object, TreeRun]]:
     cfg = AgentConfig(
         mode=mode, reply_format="python", max_steps=40, max_context_tokens=4096, cell_timeout_s=5.0
     )
-    expert = SmallExpert(error_rate=error_rate, give_up_rate=give_up_rate, inline_rate=inline_rate)
+    expert = SmallExpert(error_rate=error_rate, give_up_rate=give_up_rate, root_inline_rate=root_inline_rate)
 
     async def main():
         try:
@@ -173,16 +173,17 @@ def test_expert_slips_and_repairs():
     assert "Error: missing" in text or "unknown item" in text
 
 
-def test_inline_rate_makes_nodes_walk_their_item_instead_of_delegating():
+def test_root_inline_rate_makes_roots_walk_the_task_instead_of_delegating():
     tasks = [t for t in make_small_tasks(8, "val") if t.tier >= 3]
-    inline, _ = run_expert(tasks, "recursive", inline_rate=1.0)  # never delegates, still solves all
+    inline, _ = run_expert(tasks, "recursive", root_inline_rate=1.0)  # never delegates, solves all
     assert all(len(run.records) == 1 and root(run).success == 1.0 for _, run in inline)
     assert all("<python>\nsub(" not in root(run).transcript for _, run in inline)
-    mixed, _ = run_expert(tasks * 3, "recursive", inline_rate=0.5)
+    mixed, _ = run_expert(tasks * 3, "recursive", root_inline_rate=0.5)
     delegating = [run for _, run in mixed if len(run.records) > 1]
     assert 0 < len(delegating) < len(mixed) and all(root(run).success == 1.0 for _, run in mixed)
+    assert any(r.children > 0 for run in delegating for r in run.records if r.depth == 1)  # children delegate
     default, _ = run_expert(tasks, "recursive")  # rate 0: the same trees as before the option
-    again, _ = run_expert(tasks, "recursive", inline_rate=0.0)
+    again, _ = run_expert(tasks, "recursive", root_inline_rate=0.0)
     assert [root(a).transcript for _, a in default] == [root(b).transcript for _, b in again]
     assert all(len(run.records) > 1 for _, run in default)
 

@@ -148,3 +148,20 @@ def test_format_table():
     cell = {"rate": 0.5, "n": 10, "lo": 0.2, "hi": 0.8}
     text = format_table({"success": {"recursive": {"easy": cell}, "flat": {"easy": cell}}})
     assert "| easy (2) | 50% [20%, 80%] (n=10) | 50% [20%, 80%] (n=10) |" in text
+
+
+def test_warm_start_fine_tunes_a_checkpoint(tmp_path):
+    """init_model: the shipped weights are the start (no drill); a tiny lr moves them a little."""
+    from rao_core.models.paths import SHIPPED
+
+    cfg = WarmStartConfig(
+        init_model="small-warmstart", recursive_episodes=3, flat_episodes=0, root_inline_rate=1.0, max_steps=2,
+        batch_size=2, lr=1e-6, max_minutes=2.0, eval_tasks=0, context=2048,
+    )  # fmt: skip
+    metrics = warm_start(cfg, tmp_path)
+    assert "drill" not in metrics["train"] and metrics["train"]["steps"] == 2
+    assert metrics["data"]["by_mode"] == {"recursive": 3, "flat": 0}  # inline roots: one node a tree
+    start, _ = load_checkpoint(SHIPPED / "small-warmstart", device="cpu")
+    tuned, _ = load_checkpoint(tmp_path / "model", device="cpu")
+    gaps = [(a - b).abs().max().item() for a, b in zip(start.parameters(), tuned.parameters(), strict=True)]
+    assert 0 < max(gaps) < 1e-3  # moved, from the shipped weights (a fresh init is far off)

@@ -8,9 +8,9 @@ its trees are exactly what a model would produce:
 
 With `error_rate` > 0 it slips the way the tiny model does (a misspelt name in a lookup or a craft,
 a forgotten ingredient, a craft too early), at most once per item, then repairs from the error it
-reads, so the data shows recovery. With `inline_rate` > 0 that share of nodes that could delegate
-walk their whole item inline instead (one decision per node, at its first turn): a warm start
-trained on such data delegates rarely, the starting point of RL teaching delegation. Slip turns are remembered in `mistakes` (node id -> turn
+reads, so the data shows recovery. With `root_inline_rate` > 0 that share of recursive trees have a
+root that walks the whole task inline instead of delegating (sub-agents still delegate): a warm
+start trained on such data rarely delegates at the root, the starting point of RL teaching it to. Slip turns are remembered in `mistakes` (node id -> turn
 indices) so the warm start can keep them out of the loss while still training on the repair.
 """
 
@@ -43,10 +43,10 @@ class SmallExpert(Policy):
         error_rate: float = 0.0,
         latency_s: float = 0.0,
         give_up_rate: float = 0.0,
-        inline_rate: float = 0.0,
+        root_inline_rate: float = 0.0,
     ) -> None:
         self.error_rate, self.latency_s, self.give_up_rate = error_rate, latency_s, give_up_rate
-        self.inline_rate = inline_rate  # share of nodes that could delegate but walk their tree inline
+        self.root_inline_rate = root_inline_rate  # share of recursive roots that walk the task inline
         self.mistakes: dict[str, set[int]] = {}
 
     async def generate(self, request: GenerationRequest) -> Generation:
@@ -80,8 +80,8 @@ class SmallExpert(Policy):
                 return "finish('done')", True
         if node.memory.get("loop_cell"):
             return node.memory["loop_cell"], True
-        if node.recursive and self.inline_rate > 0 and "inline" not in node.memory:  # no draw at 0: same data
-            node.memory["inline"] = node.rng.random() < self.inline_rate
+        if node.depth == 0 and node.recursive and self.root_inline_rate > 0 and "inline" not in node.memory:
+            node.memory["inline"] = node.rng.random() < self.root_inline_rate  # no draw at 0: same data
         stack: list[_Frame] = node.memory.setdefault("stack", [_Frame(env.target)])
         if not stack:
             return "finish('done')", False
