@@ -1,6 +1,6 @@
 """What RL changed: held-out gain between two policy versions, paired by task, what each arm's
-rollouts spent, and how often they delegated. Reads the campaign's own evaluations (the same tasks for every version) and
-the rollout store; no new rollouts.
+rollouts spent, and how often they delegated. Reads the campaign's own evaluations (the same tasks
+for every version) and the rollout store; no new rollouts.
 
 A greedy evaluation moves in steps of one task, and one round can move it either way; pairing
 by task removes the between-task spread, so the interval is the honest "did it improve".

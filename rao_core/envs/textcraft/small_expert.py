@@ -8,10 +8,12 @@ its trees are exactly what a model would produce:
 
 With `error_rate` > 0 it slips the way the tiny model does (a misspelt name in a lookup or a craft,
 a forgotten ingredient, a craft too early), at most once per item, then repairs from the error it
-reads, so the data shows recovery. With `root_inline_rate` > 0 that share of recursive trees have a
-root that walks the whole task inline instead of delegating (sub-agents still delegate): a warm
-start trained on such data rarely delegates at the root, the starting point of RL teaching it to. Slip turns are remembered in `mistakes` (node id -> turn
+reads, so the data shows recovery. Slip turns are remembered in `mistakes` (node id -> turn
 indices) so the warm start can keep them out of the loss while still training on the repair.
+
+With `root_inline_rate` > 0 that share of recursive trees have a root that walks the whole task
+inline instead of delegating (sub-agents still delegate): a warm start trained on such data rarely
+delegates at the root, the starting point for RL to teach it to.
 """
 
 from __future__ import annotations
