@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from datasets import Dataset
-from transformers import AutoModelForCausalLM, TrainerCallback
+from transformers import TrainerCallback
 from trl import SFTConfig, SFTTrainer
 
 from rao_core.agent.policy import Policy
@@ -45,8 +45,8 @@ from rao_core.envs.textcraft.small import (
 )
 from rao_core.envs.textcraft.small_expert import SmallExpert
 from rao_core.eval.metrics import wilson_interval
-from rao_core.models.paths import SHIPPED
-from rao_core.models.tiny import build_tiny_model, save_checkpoint
+from rao_core.models.paths import initial_model
+from rao_core.models.tiny import build_tiny_model, load_checkpoint, save_checkpoint
 from rao_core.models.tokenizer import tiny_tokenizer
 from rao_core.store.files import write_json, write_text
 
@@ -341,8 +341,7 @@ def warm_start(cfg: WarmStartConfig, out_dir: str | Path, progress: bool = False
         print(f"expert data: {json.dumps(data)}", flush=True)
     torch.manual_seed(cfg.seed)
     if cfg.init_model:  # fine-tune a trained checkpoint: it can already copy, so no drill
-        model = AutoModelForCausalLM.from_pretrained(SHIPPED / cfg.init_model if (SHIPPED / cfg.init_model).is_dir()
-                                                     else cfg.init_model, dtype=torch.float32)  # fmt: skip
+        model, _ = load_checkpoint(initial_model(cfg.init_model, out), device="cpu", dtype=torch.float32)
     else:
         model = build_tiny_model(tok, seed=cfg.seed, hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads,
                                  kv_heads=cfg.kv_heads, intermediate=cfg.intermediate, max_positions=cfg.context)  # fmt: skip
