@@ -1,6 +1,8 @@
 """Held-out success of two policy versions of a run at the sampling temperature, paired by task.
 
     .venv/bin/python scripts/sampled_eval.py --run l4 --versions 0 5 --temperature 1 --samples 4
+    .venv/bin/python scripts/sampled_eval.py --run default --versions 0 8 --temperature 0 --samples 1 \
+        --difficulty extreme      # greedy, on a tier the campaign does not evaluate every round
 
 Greedy evaluation (the campaign's) scores one deterministic tree per task; RL optimises the policy
 as it samples. This rolls out `--samples` trees per held-out task (the campaign's fixed eval tasks)
@@ -28,16 +30,19 @@ def main() -> None:
     p.add_argument("--versions", type=int, nargs="+", default=[0], help="policy versions (0 = start)")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--samples", type=int, default=4, help="trees per held-out task")
+    p.add_argument("--difficulty", default="", help="comma list (default: the run's eval.difficulty)")
     args = p.parse_args()
     cfg = load_config(Path(args.runs_dir) / args.run / "config.yaml", [f"runs_dir={args.runs_dir}"])
+    difficulty = args.difficulty or cfg.eval.difficulty
+    cell = f"T={args.temperature},k={args.samples}" + (f",d={args.difficulty}" if args.difficulty else "")
     results = {}
     for v in args.versions:
         model = None if v == 0 else checkpoint_dir(cfg, v)
         if model is not None and not model.is_dir():
             raise SystemExit(f"--versions: {model} does not exist")
-        dest = cfg.run_dir / "eval-sampled" / f"T={args.temperature},k={args.samples}" / f"v={v}"
+        dest = cfg.run_dir / "eval-sampled" / cell / f"v={v}"
         run_rollout(
-            cfg, dest, "val", cfg.eval.difficulty, cfg.eval.num_tasks, args.samples, args.temperature,
+            cfg, dest, "val", difficulty, cfg.eval.num_tasks, args.samples, args.temperature,
             True, model, per_difficulty=True, task_seed=cfg.tasks.seed,
         )  # fmt: skip
         rows = read_partition(dest, "nodes").to_pylist()

@@ -74,9 +74,10 @@ class PolicyConfig:
 
     kind: EngineKind = opt("hf", "scripted expert or a model engine")
     model: str = opt(
-        "small-warmstart",
-        "a checkpoint shipped in rao_core/models/checkpoints, 'warmstart' (train one in this run), "
-        "'tiny' (untrained bootstrap model) or a local Hugging Face folder",
+        "small-inline-root",
+        "a checkpoint shipped in rao_core/models/checkpoints (small-inline-root: walks tasks inline at "
+        "the root, for RL to teach delegation; small-warmstart: already delegates), 'warmstart' (train "
+        "one in this run), 'tiny' (untrained bootstrap model) or a local Hugging Face folder",
         min_length=1,
     )
     tokenizer: str = opt("tiny", "'tiny' builds the bootstrap tokenizer; else a local HF folder")
@@ -149,11 +150,11 @@ class JudgeConfig:
 class RolloutConfig:
     split: Literal["train", "val"] = opt("train", "which tasks to roll out")
     difficulty: Difficulties = opt("hard", "easy, medium, hard, extreme, or a comma list")
-    num_tasks: Int = opt(16, "root tasks N", ge=1)
+    num_tasks: Int = opt(8, "root tasks N", ge=1)
     group_size: Int = opt(
-        6,
-        "trees per root task G (the leave-one-out baseline needs G >= 2); 8 x 12 wastes fewer trees "
-        "on groups without spread but made `make run` 23.6 min, past its 20 (docs/main-job.md)",
+        12,
+        "trees per root task G (the leave-one-out baseline needs G >= 2); large groups hold both "
+        "delegating and inline trees of one task, which is what teaches delegation (docs/main-job.md)",
         ge=1,
     )
     max_concurrent_trees: Int = opt(16, "trees in flight at once", ge=1)
