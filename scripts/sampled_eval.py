@@ -17,7 +17,7 @@ import argparse
 from pathlib import Path
 
 from rao_core.campaign import checkpoint_dir
-from rao_core.config import load_config
+from rao_core.config import ConfigError, load_config
 from rao_core.eval.metrics import paired_bootstrap, per_task_success, tree_metrics
 from rao_core.rollout import run_rollout
 from rao_core.store.parquet import read_partition
@@ -32,8 +32,14 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=4, help="trees per held-out task")
     p.add_argument("--difficulty", default="", help="comma list (default: the run's eval.difficulty)")
     args = p.parse_args()
-    cfg = load_config(Path(args.runs_dir) / args.run / "config.yaml", [f"runs_dir={args.runs_dir}"])
-    difficulty = args.difficulty or cfg.eval.difficulty
+    overrides = [f"runs_dir={args.runs_dir}"] + (
+        [f"eval.difficulty={args.difficulty}"] if args.difficulty else []
+    )
+    try:  # --difficulty is checked like the setting it overrides
+        cfg = load_config(Path(args.runs_dir) / args.run / "config.yaml", overrides)
+    except ConfigError as e:
+        raise SystemExit(f"config error: {e}") from None
+    difficulty = cfg.eval.difficulty
     cell = f"T={args.temperature},k={args.samples}" + (f",d={args.difficulty}" if args.difficulty else "")
     results = {}
     for v in args.versions:
