@@ -39,7 +39,6 @@ def main() -> None:
         cfg = load_config(Path(args.runs_dir) / args.run / "config.yaml", overrides)
     except ConfigError as e:
         raise SystemExit(f"config error: {e}") from None
-    difficulty = cfg.eval.difficulty
     cell = f"T={args.temperature},k={args.samples}" + (f",d={args.difficulty}" if args.difficulty else "")
     results = {}
     for v in args.versions:
@@ -48,7 +47,7 @@ def main() -> None:
             raise SystemExit(f"--versions: {model} does not exist")
         dest = cfg.run_dir / "eval-sampled" / cell / f"v={v}"
         run_rollout(
-            cfg, dest, "val", difficulty, cfg.eval.num_tasks, args.samples, args.temperature,
+            cfg, dest, "val", cfg.eval.difficulty, cfg.eval.num_tasks, args.samples, args.temperature,
             True, model, per_difficulty=True, task_seed=cfg.tasks.seed,
         )  # fmt: skip
         rows = read_partition(dest, "nodes").to_pylist()
