@@ -98,15 +98,18 @@ def _print_campaign(cfg) -> None:
 def _checked(args: argparse.Namespace):
     """Every check that needs no work: values, files, and what the run folder already holds (read
     only). With --check, print the resolved configuration and stop: nothing runs, nothing is written."""
-    from rao_core import resume
+    from rao_core import memory, resume
 
     cfg = load_config(args.config, args.overrides)
     if getattr(args, "branch", None):
         resume.branch_parts(cfg, *_branch(args, cfg))
     else:
         resume.check_resume(cfg)
+    plan = memory.check(cfg)  # refuses a plan that cannot fit, with the numbers
     if args.check:
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
+        if plan:
+            print(plan, file=sys.stderr)
         print(f"# configuration valid ({cfg.run_dir}); --check: nothing was run", file=sys.stderr)
     return cfg
 
@@ -271,7 +274,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from rao_core.doctor import checks
+    from rao_core.doctor import Check, checks
+    from rao_core.memory import check as memory_plan
 
     cfg = load_config(args.config, args.overrides, check_files=False)
     rows = checks(cfg)
@@ -286,6 +290,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         )
         table.add_row(c.name, c.found, status, "yes" if c.needed else "-")
     Console().print(table)
+    try:
+        plan = memory_plan(cfg)
+    except ConfigError as e:
+        plan, rows = str(e), [*rows, Check("memory", "does not fit", False, True)]
+    if plan:
+        print(plan)
     missing = [c.name for c in rows if c.needed and not c.ok]
     if missing:
         print(f"missing for this configuration: {', '.join(missing)}", file=sys.stderr)

@@ -18,6 +18,7 @@ from typing import Any
 
 from rao_core import tracking
 from rao_core.config import RunConfig
+from rao_core.engines.vllm_server import make_room_for_training
 from rao_core.models.paths import initial_model as _initial_model
 from rao_core.models.paths import warmstart_dir
 from rao_core.store.files import write_json, write_text
@@ -110,9 +111,11 @@ def stage_train(cfg: RunConfig, round_: int) -> dict[str, Any]:
 
     paths = (cfg.run_dir, round_, model_path(cfg, round_), checkpoint_dir(cfg, round_ + 1))
     train = dataclasses.replace(cfg.train, lr=round_lr(cfg, round_))
-    if cfg.train.accelerate_config:
-        return launch_round(cfg.train.accelerate_config, *paths, train)
-    return train_round(*paths, train)
+    tokenizer = None if cfg.policy.tokenizer == "auto" else cfg.policy.tokenizer
+    with make_room_for_training():  # vLLM sleeps (or stops) while the trainer runs
+        if cfg.train.accelerate_config:
+            return launch_round(cfg.train.accelerate_config, *paths, train, initial_model(cfg), tokenizer)
+        return train_round(*paths, train, initial_model(cfg), tokenizer)
 
 
 def stage_evaluate(cfg: RunConfig, version: int, progress: bool = False) -> dict[str, Any]:
@@ -256,11 +259,19 @@ def train_line(cfg: RunConfig, round_: int) -> str:
         return (
             f"{cfg.run_name} round {round_} train: skipped ({m['skipped']}), version {round_ + 1} = {round_}"
         )
-    return (
+    moved = ""
+    if "served_changed" in m:  # how much of the update reached the weights the engines serve
+        total = f", {m['served_changed_total']:.1%} since v0" if "served_changed_total" in m else ""
+        moved = (
+            f", served weights changed {m['served_changed']:.1%}{total} ({m['served_dtype']}), "
+            f"update/weight RMS {m['update_rms_ratio']:.2e}"
+        )
+    line = (
         f"{cfg.run_name} round {round_} train: loss {m['loss']:.4f}, {m['tokens']} tokens "
-        f"({m['action_tokens']} action), {m['steps']} steps, mean ratio {m['mean_ratio']:.4f}, "
-        f"{m['seconds']:.1f} s"
+        f"({m['action_tokens']} action), {m['steps']} steps, mean ratio {m['mean_ratio']:.4f}"
+        f"{moved}, {m['seconds']:.1f} s"
     )
+    return line + (f"\nWARNING: {m['warning']}" if "warning" in m else "")
 
 
 def eval_line(cfg: RunConfig, version: int, summary: dict[str, Any]) -> str:

@@ -40,7 +40,7 @@ FREE = (
     "judge.gpu_memory_utilization", "eval.modes", "eval.context_limits", "eval.trees_to_render",
     "train.accelerate_config", "train.device", "policy.vllm_python", "policy.vllm_port",
     "policy.vllm_startup_timeout_s", "policy.vllm_kv_cache_gib", "policy.vllm_extra_args",
-    "policy.weight_check_tolerance",
+    "policy.weight_check_tolerance", "policy.vllm_during_train",
 )  # fmt: skip
 MODEL_ENGINES = ("hf", "vllm")  # the same model and sampling: switching between them is free
 HISTORY = "config_history.jsonl"

@@ -64,16 +64,24 @@ def shard_tasks(tasks: Sequence[T], shards: int) -> list[list[T]]:
 
 def make_policy(cfg: RunConfig, suite, model_path: Path | None = None) -> tuple[Policy, Any]:
     """The suite's scripted expert, or a model engine serving `model_path` (default policy.model);
-    returned with the tokenizer that frames the conversation (the checkpoint's own for models)."""
+    returned with the tokenizer that frames the conversation: policy.tokenizer, or with 'auto' the
+    checkpoint's own (models) or 'tiny' (the scripted expert)."""
     if cfg.policy.kind == "scripted":
-        return suite.expert(cfg), load_tokenizer(cfg.policy.tokenizer)
+        name = "tiny" if cfg.policy.tokenizer == "auto" else cfg.policy.tokenizer
+        return suite.expert(cfg), load_tokenizer(name)
     from rao_core.engines import build_engine
 
-    path = model_path or initial_model(cfg.policy.model, cfg.run_dir)  # shipped name, local folder, 'tiny'
-    tokenizer = load_tokenizer(str(path))
+    path = model_path or initial_model(cfg.policy.model, cfg.run_dir)  # shipped, folder, hub id, 'tiny'
+    tokenizer = load_tokenizer(str(path) if cfg.policy.tokenizer == "auto" else cfg.policy.tokenizer)
     policy_cfg = dataclasses.replace(cfg.policy, model=str(path))
     log_path = cfg.run_dir / "logs" / "vllm.log"
-    return build_engine(policy_cfg, tokenizer, serving_context(cfg), log_path), tokenizer
+    lora_rank = cfg.train.lora_r if cfg.train.lora else 0
+    return build_engine(policy_cfg, tokenizer, serving_context(cfg), log_path, lora_rank=lora_rank), tokenizer
+
+
+def chat_framing(cfg: RunConfig, tokenizer) -> ChatFraming:
+    """The conversation framing of every node: the tokenizer's chat template with policy.chat_template_kwargs."""
+    return ChatFraming(tokenizer, cfg.policy.chat_template_kwargs)
 
 
 def serving_context(cfg: RunConfig) -> int:
@@ -246,7 +254,7 @@ def run_rollout(
         for g in range(group_size)
     ]
     policy, tokenizer = make_policy(cfg, suite, model_path)
-    chat = ChatFraming(tokenizer)
+    chat = chat_framing(cfg, tokenizer)
     judge = build_judge(cfg.judge, cfg.run_dir)
 
     async def main(on_tree_done: Callable[[TreeRun], None] | None) -> list[TreeRun]:

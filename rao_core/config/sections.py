@@ -9,7 +9,7 @@ live in `RunConfig._cross_field_rules`. Loading (YAML, --set, suite profiles) is
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, StrictBool, model_validator
 
@@ -80,7 +80,18 @@ class PolicyConfig:
         "one in this run), 'tiny' (untrained bootstrap model) or a local Hugging Face folder",
         min_length=1,
     )
-    tokenizer: str = opt("tiny", "'tiny' builds the bootstrap tokenizer; else a local HF folder")
+    tokenizer: str = opt(
+        "auto",
+        "auto: the model's own tokenizer (the scripted policy: 'tiny'); else 'tiny', a shipped "
+        "checkpoint, a local folder or a cached hub id, used by every stage and copied into each "
+        "checkpoint the trainer writes",
+        min_length=1,
+    )
+    chat_template_kwargs: dict[str, Any] = opt(
+        {},
+        "extra arguments of the chat template, passed to every rendering (rollouts, evaluation, "
+        "warm start), e.g. {enable_thinking: false} for Qwen3",
+    )
     temperature: Float = opt(
         1.0,
         "sampling temperature of training rollouts (0 = greedy); recorded with every node, and the "
@@ -109,6 +120,12 @@ class PolicyConfig:
     vllm_startup_timeout_s: Float = opt(600.0, "vllm: seconds the server may take to become healthy", gt=0)
     vllm_kv_cache_gib: Int = opt(1, "vllm on CPU: KV-cache GiB (VLLM_CPU_KVCACHE_SPACE)", ge=1)
     vllm_extra_args: list[str] = opt([], "vllm: more `vllm serve` arguments, e.g. ['--max-num-seqs', '128']")
+    vllm_during_train: Literal["auto", "sleep", "stop", "keep"] = opt(
+        "auto",
+        "vllm: what the server does while the trainer runs on the same device: sleep (vLLM sleep "
+        "mode: weights and KV cache leave the GPU; CUDA and ROCm), stop (restart it after), keep; "
+        "auto: sleep on a GPU, keep on a CPU",
+    )
     weight_check_tolerance: Float = opt(
         1e-3,
         "vllm: largest |served - checkpoint| log-prob on the probe prompt after loading a version "
@@ -234,7 +251,11 @@ class TrainConfig:
     )
     bf16: StrictBool | None = opt(None, "bf16 autocast over fp32 weights; null = on CUDA only")
     gradient_checkpointing: StrictBool = opt(False, "recompute activations in backward (long contexts)")
-    lora: StrictBool = opt(False, "train a LoRA adapter (needs peft), merged into the saved checkpoint")
+    lora: StrictBool = opt(
+        False,
+        "train a LoRA adapter over the frozen version-0 model (needs the lora extra: peft); the "
+        "adapter and its optimizer state carry from round to round, and engines serve base + adapter",
+    )
     lora_r: Int = opt(16, "LoRA rank", ge=1)
     lora_alpha: Int = opt(32, "LoRA alpha", ge=1)
     lora_dropout: Float = opt(
@@ -249,7 +270,9 @@ class TrainConfig:
         16384, "padded tokens (rows x longest row) per forward/backward", ge=1
     )
     keep_optimizer_state: StrictBool = opt(
-        True, "carry AdamW's moments from round to round (optimizer.pt in each checkpoint: 2x the weights)"
+        True,
+        "carry AdamW's moments from round to round (trainer_state/optimizer.pt in the latest "
+        "checkpoint: 2x the trained weights)",
     )
     steps_per_round: Int = opt(
         4, "optimiser steps per round: the batch is dealt into this many mini-batches", ge=1

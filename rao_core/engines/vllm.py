@@ -19,7 +19,7 @@ import httpx
 from rao_core.agent.policy import Generation, GenerationRequest, Policy
 from rao_core.config import PolicyConfig
 from rao_core.engines.openai import OpenAIEngine
-from rao_core.engines.vllm_server import SERVED_NAME, VLLMServer, shared_server
+from rao_core.engines.vllm_server import VLLMServer, shared_server
 
 # What a request sees when the server process is gone or going.
 SERVER_GONE = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
@@ -31,7 +31,7 @@ RECOVERY_ATTEMPTS = (
 class VLLMEngine(Policy):
     def __init__(self, server: VLLMServer, tokenizer) -> None:
         self.server, self.tokenizer = server, tokenizer
-        self.client = OpenAIEngine(server.base_url, SERVED_NAME, tokenizer)
+        self.client = OpenAIEngine(server.base_url, server.served_name, tokenizer)  # an adapter's name
         self._recovering: asyncio.Future | None = None
 
     @classmethod
@@ -43,10 +43,11 @@ class VLLMEngine(Policy):
         max_model_len: int | None,
         log_path: Path | None = None,
         role: str = "policy",
+        lora_rank: int = 0,
     ) -> VLLMEngine:
         """The process's vLLM server for `role`, made to serve `model_dir` (started, or loaded and
-        verified)."""
-        server = shared_server(cfg, max_model_len, log_path, role)
+        verified); `lora_rank` > 0 serves LoRA adapters (train.lora)."""
+        server = shared_server(cfg, max_model_len, log_path, role, lora_rank)
         server.ensure(model_dir)
         return cls(server, tokenizer)
 
@@ -67,6 +68,7 @@ class VLLMEngine(Policy):
             self._recovering = asyncio.get_running_loop().run_in_executor(None, self.server.recover)
         await asyncio.shield(self._recovering)
         self.client.base_url = self.server.base_url.rstrip("/")
+        self.client.model = self.server.served_name
 
     async def close(self) -> None:
         """Closes this client; the server lives on for the next stage (stop_all ends it)."""

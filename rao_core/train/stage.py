@@ -37,11 +37,13 @@ import yaml
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from rao_core.engines.probe import write_probe
+from rao_core.models.paths import adapter_base, is_adapter
+from rao_core.models.tokenizer import load_tokenizer
+from rao_core.train import state
 from rao_core.train.samples import read_rows
-from rao_core.train.trainer import TrainConfig, resolve_device, train_rows, world
+from rao_core.train.trainer import TrainConfig, lora_config, resolve_device, train_rows, world
 
 METRICS = "metrics.json"
-OPTIMIZER = "optimizer.pt"  # AdamW moments after this round (train.keep_optimizer_state)
 log = logging.getLogger(__name__)
 
 
@@ -58,19 +60,42 @@ def saved_dtype(model_path: Path) -> torch.dtype:
     return dtype if isinstance(dtype, torch.dtype) else torch.float32
 
 
-def load_policy(model_path: Path, cfg: TrainConfig) -> tuple[Any, Any]:
-    """Model and tokenizer from a local checkpoint.
+def load_policy(model_path: Path, cfg: TrainConfig, tokenizer: str | Path | None = None) -> tuple[Any, Any]:
+    """The model to train and the tokenizer, from checkpoint `model_path` and its trainer state.
 
-    Full fine-tuning keeps float32 master weights (bf16 runs as autocast on top): an update of
-    lr 3e-6 is far below bf16's resolution and would be rounded away in bf16 weights. With LoRA the
-    frozen base stays in the checkpoint's dtype and only the adapter trains.
+    Full fine-tuning trains float32 master weights: the checkpoint's own master (state.py) when it
+    has one, else the checkpoint upcast. With LoRA the frozen base stays in its dtype and the
+    adapter (float32) trains on: the checkpoint's adapter, or a fresh one over version 0.
     """
-    dtype = saved_dtype(model_path) if cfg.lora else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype, local_files_only=True)
+    if cfg.lora:
+        model = _lora_model(model_path, cfg)
+    else:
+        source = state.master_dir(model_path) or model_path
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, local_files_only=True)
     if world()[1] == 1:  # launched: the trainer places each rank's copy (its own GPU, or its shards)
         model.to(resolve_device(cfg))
-    tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
-    return model, tokenizer
+    if tokenizer is not None:  # policy.tokenizer: 'tiny', a shipped name, a folder or a hub id
+        return model, load_tokenizer(str(tokenizer))
+    tok = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
+    return model, tok
+
+
+def _lora_model(model_path: Path, cfg: TrainConfig) -> Any:
+    """Base + trainable adapter: the adapter checkpoint `model_path` trained on, or a fresh one
+    (seeded) over the whole model `model_path` (version 0)."""
+    from peft import PeftModel, get_peft_model
+
+    base_path = adapter_base(model_path) if is_adapter(model_path) else model_path
+    base = AutoModelForCausalLM.from_pretrained(
+        base_path, dtype=saved_dtype(base_path), local_files_only=True
+    )
+    if is_adapter(model_path):
+        return PeftModel.from_pretrained(base, model_path, is_trainable=True)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        model = get_peft_model(base, lora_config(cfg))
+    model.peft_config["default"].base_model_name_or_path = str(Path(base_path).resolve())
+    return model
 
 
 def _publish(tmp: Path, out_path: Path, metrics: dict[str, Any]) -> dict[str, Any]:
@@ -89,47 +114,65 @@ def _publish(tmp: Path, out_path: Path, metrics: dict[str, Any]) -> dict[str, An
 
 
 def train_round(
-    run_dir: Path, round: int, model_path: Path, out_path: Path, cfg: TrainConfig
+    run_dir: Path,
+    round: int,
+    model_path: Path,
+    out_path: Path,
+    cfg: TrainConfig,
+    origin: Path | None = None,
+    tokenizer: str | Path | None = None,
 ) -> dict[str, Any]:
     """Train policy version round+1 on round `round` of `run_dir`, starting from `model_path`.
 
+    `origin`: version 0, against which `served_changed_total` is measured; `tokenizer`: a tokenizer
+    to use and copy into the checkpoint instead of the input checkpoint's own (policy.tokenizer).
     Returns the metrics (also in `out_path/metrics.json`): loss, tokens, samples, grad_norm,
-    seconds, tokens_per_s, mean_ratio, clipped_fraction, ... With no trainable row the input
-    checkpoint is copied forward unchanged (the policy version still advances) and `skipped` says why.
+    seconds, tokens_per_s, mean_ratio, clipped_fraction, served_changed, update_rms_ratio, ...
+    With no trainable row the input checkpoint is copied forward unchanged (the policy version
+    still advances) and `skipped` says why.
     """
     run_dir, model_path, out_path = Path(run_dir), Path(model_path), Path(out_path)
     if is_complete(out_path):
         return json.loads((out_path / METRICS).read_text())
     rank, world_size = world()
+    args = (run_dir, round, model_path, out_path, cfg, origin, tokenizer)
     if world_size > 1:
-        _publish_on_rank0(run_dir, round, model_path, out_path, cfg, rank)
+        _publish_on_rank0(*args, rank)
         return json.loads((out_path / METRICS).read_text())
-    return _train_and_publish(run_dir, round, model_path, out_path, cfg)
+    return _train_and_publish(*args)
 
 
-def _publish_on_rank0(
-    run_dir: Path, round: int, model_path: Path, out_path: Path, cfg: TrainConfig, rank: int
-) -> None:
+def _publish_on_rank0(*args: Any) -> None:
     """Launched on several processes: every rank trains, rank 0 alone writes, the others wait for it.
 
     The process group is set up first so that the barrier also works when nothing is trained.
     """
     from accelerate import PartialState
 
-    state = PartialState(cpu=resolve_device(cfg) == "cpu")
+    *train_args, rank = args
+    state_ = PartialState(cpu=resolve_device(train_args[4]) == "cpu")
     try:
-        _train_and_publish(run_dir, round, model_path, out_path, cfg, write=rank == 0)
+        _train_and_publish(*train_args, write=rank == 0)
     finally:
-        state.wait_for_everyone()
+        state_.wait_for_everyone()
 
 
 def _train_and_publish(
-    run_dir: Path, round: int, model_path: Path, out_path: Path, cfg: TrainConfig, write: bool = True
+    run_dir: Path,
+    round: int,
+    model_path: Path,
+    out_path: Path,
+    cfg: TrainConfig,
+    origin: Path | None = None,
+    tokenizer: str | Path | None = None,
+    write: bool = True,
 ) -> dict[str, Any]:
     """Train (every rank) and, when `write`, build the checkpoint in a temporary folder and publish it."""
     t0 = time.perf_counter()
     rows = read_rows(run_dir, round)
     out_path.parent.mkdir(parents=True, exist_ok=True)
+    for debris in out_path.parent.glob(f".tmp-{out_path.name}-*"):  # a killed attempt's half checkpoint
+        shutil.rmtree(debris, ignore_errors=True)
     tmp = out_path.parent / f".tmp-{out_path.name}-{uuid.uuid4().hex[:8]}"
     head = {
         "round": round,
@@ -143,38 +186,70 @@ def _train_and_publish(
             metrics = {**head, "samples": len(rows), "steps": 0, "tokens": 0, "skipped": reason}
             if not write:
                 return metrics
-            shutil.copytree(model_path, tmp, ignore=shutil.ignore_patterns(METRICS))  # moments too
+            shutil.copytree(model_path, tmp, ignore=shutil.ignore_patterns(METRICS))  # its state too
         else:
-            model, tokenizer = load_policy(model_path, cfg)
-            resume = model_path / OPTIMIZER
-            state = None
-            if cfg.keep_optimizer_state and resume.is_file():
-                state = torch.load(resume, map_location="cpu", weights_only=True)
+            model, tok = load_policy(model_path, cfg, tokenizer)
+            opt_file = state.optimizer_file(model_path) if cfg.keep_optimizer_state else None
+            moments = torch.load(opt_file, map_location="cpu", weights_only=True) if opt_file else None
+            before = state.snapshot(model) if cfg.lora else None
             with tempfile.TemporaryDirectory(prefix="rao-train-") as work:
-                model, metrics = train_rows(model, tokenizer, rows, cfg, Path(work), optimizer_state=state)
+                model, metrics = train_rows(model, tok, rows, cfg, Path(work), optimizer_state=moments)
             optimizer_state = metrics.pop("optimizer_state", None)
-            metrics = {**head, **metrics, "resumed_optimizer": state is not None}
+            metrics = {**head, **metrics, "resumed_optimizer": moments is not None}
             if not write:
                 return metrics
             assert model is not None  # rank 0 always gets the whole model back
-            model.to(saved_dtype(model_path)).save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            write_probe(model.eval(), tokenizer, tmp)  # how an engine proves it serves these weights
+            if cfg.lora:
+                metrics.update(state.adapter_change(before, model), served_dtype="float32 (adapter)")
+                _save_adapter(model, tmp)
+            else:
+                metrics.update(_save_full(model, model_path, origin, tmp))
+            tok.save_pretrained(tmp)
+            write_probe(model.float().eval(), tok, tmp)  # how an engine proves it serves these weights
             if optimizer_state is not None:
-                torch.save(optimizer_state, tmp / OPTIMIZER)
+                (tmp / state.STATE).mkdir(exist_ok=True)
+                torch.save(optimizer_state, tmp / state.STATE / state.OPTIMIZER)
             del model  # the flow process lives on: hand the GPU memory back before the next stage
             gc.collect()
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
+            if warning := state.no_change_warning(metrics, metrics["served_dtype"]):
+                log.warning(warning)
+                metrics["warning"] = warning
         metrics["stage_seconds"] = time.perf_counter() - t0
+        metrics["peak_rss_mib"] = peak_rss_mib()
         metrics = _publish(tmp, out_path, metrics)
-        if model_path.parent == out_path.parent:  # the run's own checkpoints: keep the latest moments
-            (model_path / OPTIMIZER).unlink(missing_ok=True)  # only (a 4B model's are 32 GB a round)
+        if model_path.parent == out_path.parent:  # the run's own checkpoints: only the latest keeps
+            state.drop(model_path)  # the trainer state (a 4B model's master and moments: 48 GB)
         log.info("rank %d wrote checkpoint %s", world()[0], out_path)
         return metrics
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _save_full(model: Any, model_path: Path, origin: Path | None, tmp: Path) -> dict[str, Any]:
+    """The served copy in the input's dtype, the float32 master beside it when that dtype is
+    narrower, and how far the round moved both (state.full_change). Leaves `model` in the served
+    dtype's values (upcast again by the caller for the probe)."""
+    dtype = saved_dtype(model_path)
+    if dtype != torch.float32:
+        model.save_pretrained(tmp / state.STATE / state.MASTER)
+    change = state.full_change(model.state_dict(), model_path, state.master_dir(model_path), origin, dtype)
+    model.to(dtype).save_pretrained(tmp)
+    return {**change, "served_dtype": str(dtype).removeprefix("torch.")}
+
+
+def _save_adapter(model: Any, tmp: Path) -> None:
+    """The adapter alone (peft's folder, float32), naming its base by absolute path."""
+    model.save_pretrained(tmp)
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory so far (Linux reports KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def launcher(accelerate_config: str | Path) -> tuple[list[str], dict[str, str]]:
@@ -199,6 +274,8 @@ def launch_round(
     model_path: Path,
     out_path: Path,
     cfg: TrainConfig,
+    origin: Path | None = None,
+    tokenizer: str | Path | None = None,
 ) -> dict[str, Any]:
     """`train_round` on N processes, as `accelerate launch --config_file <accelerate_config> -m rao_core.train.stage`.
 
@@ -214,6 +291,8 @@ def launch_round(
         conf.write_text(yaml.safe_dump({"train": {**dataclasses.asdict(cfg), "accelerate_config": ""}}))
         cmd += ["-m", "rao_core.train.stage", "--run-dir", str(run_dir), "--round", str(round)]
         cmd += ["--model", str(model_path), "--out", str(out_path), "--config", str(conf)]
+        cmd += ["--origin", str(origin)] if origin else []
+        cmd += ["--tokenizer", str(tokenizer)] if tokenizer else []
         subprocess.run(cmd, check=True, env={**os.environ, **env})
     if not is_complete(out_path):
         raise RuntimeError(
@@ -231,6 +310,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--round", required=True, type=int, help="the scored round to train on")
     p.add_argument("--model", required=True, type=Path, help="checkpoint of policy version `round`")
     p.add_argument("--out", required=True, type=Path, help="where policy version round+1 is written")
+    p.add_argument(
+        "--origin", type=Path, help="policy version 0 (served_changed_total is measured against it)"
+    )
+    p.add_argument("--tokenizer", help="tokenizer to use instead of the checkpoint's own (policy.tokenizer)")
     p.add_argument("--config", type=Path, help="run YAML; only its `train` section is used")
     p.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override, e.g. train.lr=1e-6"
@@ -238,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     cfg = load_config(a.config, a.set).train
-    metrics = train_round(a.run_dir, a.round, a.model, a.out, cfg)
+    metrics = train_round(a.run_dir, a.round, a.model, a.out, cfg, a.origin, a.tokenizer)
     if world()[0] == 0:
         print(json.dumps({k: v for k, v in metrics.items() if k != "config"}, default=str))
 

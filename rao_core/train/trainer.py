@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate.utils import DistributedType
+from accelerate.utils import DistributedType, is_peft_model
 from datasets import Dataset
 from torch.utils.data import DataLoader
 from transformers import (
@@ -67,7 +67,7 @@ def lora_config(cfg: TrainConfig) -> Any:
     try:
         from peft import LoraConfig
     except ImportError as e:
-        raise ImportError("train.lora=true needs the optional package peft (pip install peft)") from e
+        raise ImportError("train.lora=true needs the optional package peft: pip install -e '.[lora]'") from e
     return LoraConfig(
         r=cfg.lora_r,
         lora_alpha=cfg.lora_alpha,
@@ -329,8 +329,9 @@ def sampler_mismatch(diffs: list[torch.Tensor], diff_sum: float, tokens: float) 
     }
 
 
-def _trained_model(trainer: RAOTrainer, lora: bool) -> PreTrainedModel | None:
-    """The trained weights as a plain model: on every rank under DDP, on rank 0 only when sharded.
+def _trained_model(trainer: RAOTrainer) -> PreTrainedModel | None:
+    """The trained weights: on every rank under DDP, on rank 0 only when sharded (a LoRA model
+    comes back as base + adapter, unmerged: the adapter is what the next round trains on).
 
     Under FSDP and ZeRO-3 each rank holds a shard: gathering the full state dict is collective (every
     rank calls this), then rank 0 loads it into a fresh float32 copy of the architecture. Under DDP,
@@ -339,7 +340,7 @@ def _trained_model(trainer: RAOTrainer, lora: bool) -> PreTrainedModel | None:
     acc = trainer.accelerator
     model = acc.unwrap_model(trainer.model_wrapped)
     if acc.distributed_type not in (DistributedType.FSDP, DistributedType.DEEPSPEED):
-        return model.merge_and_unload() if lora else model
+        return model
     state = acc.get_state_dict(trainer.model_wrapped)
     if not acc.is_main_process:
         return None
@@ -361,7 +362,9 @@ def train_rows(
     callbacks: list[TrainerCallback] | None = None,
     optimizer_state: dict[str, Any] | None = None,
 ) -> tuple[PreTrainedModel | None, dict[str, Any]]:
-    """Run one round's update on `rows`; returns the trained model (LoRA merged) and metrics.
+    """Run one round's update on `rows`; returns the trained model and metrics. With
+    `cfg.lora`, `model` is either a peft model (the adapter trains on) or a plain one (a fresh
+    adapter is put on it).
 
     Launched on N processes, every rank passes the same rows and gets the metrics of the whole round;
     the model comes back on every rank under DDP and on rank 0 only under FSDP / ZeRO-3 (None
@@ -384,7 +387,7 @@ def train_rows(
     )
     temperature = logprob_temperature(rows)
     args = grpo_args(cfg, work_dir, accum, max_completion, temperature)
-    peft_config = lora_config(cfg) if cfg.lora else None
+    peft_config = lora_config(cfg) if cfg.lora and not is_peft_model(model) else None
     trainer = RAOTrainer(
         model,
         args,
@@ -402,7 +405,7 @@ def train_rows(
     sharded = acc.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
     if cfg.lora and sharded:
         raise NotImplementedError(
-            "train.lora is not supported with FSDP / DeepSpeed (the merge needs the whole model)"
+            "train.lora is not supported with FSDP / DeepSpeed: use DDP (an adapter is small) or full fine-tuning"
         )
     device = acc.device
     if device.type == "cuda":
@@ -423,6 +426,6 @@ def train_rows(
     )
     if device.type == "cuda":
         metrics["peak_gpu_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
-    if cfg.keep_optimizer_state and not sharded and not cfg.lora:
+    if cfg.keep_optimizer_state and not sharded:
         metrics["optimizer_state"] = trainer.optimizer.state_dict()  # popped and saved by the stage
-    return _trained_model(trainer, cfg.lora), metrics
+    return _trained_model(trainer), metrics

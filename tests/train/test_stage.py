@@ -24,7 +24,9 @@ from tests.train import one_thread, tiny_model  # noqa: F401 (autouse fixture)
 CFG = TrainConfig(lr=1e-3, max_tokens_per_microbatch=128, steps_per_round=1)
 
 
-def node(task: str, g: int, path: str, parent: str | None, success: float, rng, scripted: bool) -> dict:
+def node(
+    task: str, g: int, path: str, parent: str | None, success: float, rng, scripted: bool, round_: int = 0
+) -> dict:
     """One NODE_SCHEMA row with a random conversation: prompt, then action/observation turns."""
     length = int(rng.integers(16, 40))
     ids = rng.integers(3, len(tiny_tokenizer()), length).tolist()
@@ -34,7 +36,7 @@ def node(task: str, g: int, path: str, parent: str | None, success: float, rng, 
     return {
         **{f.name: None for f in NODE_SCHEMA},
         "run": "r",
-        "round": 0,
+        "round": round_,
         "split": "train",
         "mode": "recursive",
         "suite": "textcraft",
@@ -54,18 +56,19 @@ def node(task: str, g: int, path: str, parent: str | None, success: float, rng, 
     }
 
 
-def write_round(run_dir, successes: list[float], seed: int = 0) -> None:
+def write_round(run_dir, successes: list[float], seed: int = 0, round_: int = 0) -> None:
     """Two root tasks x len(successes) trees; a root has one or two children sharing its success."""
     rng = np.random.default_rng(seed)
     rows = []
     for t in range(2):
         for g, s in enumerate(successes):
-            rows.append(node(f"t{t}", g, "0", None, s, rng, scripted=g % 2 == 1))
+            scripted = g % 2 == 1
+            rows.append(node(f"t{t}", g, "0", None, s, rng, scripted, round_))
             for c in range(1 + g % 2):
-                rows.append(node(f"t{t}", g, f"0.{c}", "0", s, rng, scripted=g % 2 == 1))
+                rows.append(node(f"t{t}", g, f"0.{c}", "0", s, rng, scripted, round_))
     table = pa.Table.from_pylist(rows, schema=NODE_SCHEMA)
-    write_partition({"nodes": table}, rollouts_dir(run_dir, 0))
-    score_round(run_dir, 0, ScoringConfig())
+    write_partition({"nodes": table}, rollouts_dir(run_dir, round_))
+    score_round(run_dir, round_, ScoringConfig())
 
 
 @pytest.fixture
@@ -132,27 +135,28 @@ def test_adam_moments_carry_over_from_round_to_round(tmp_path, checkpoint):
     fresh optimiser on the same data takes a different step, so the state is really used."""
     import dataclasses
 
-    from rao_core.train.stage import OPTIMIZER
+    from rao_core.train.state import optimizer_file
 
     run = tmp_path / "run"
     write_round(run, [1.0, 0.0, 1.0, 0.0])
     v1 = tmp_path / "policy-1"
     train_round(run, 0, checkpoint, v1, CFG)
-    saved = torch.load(v1 / OPTIMIZER, weights_only=True)
+    saved = torch.load(optimizer_file(v1), weights_only=True)
     assert {s["step"].item() for s in saved["state"].values()} == {1.0}  # one optimiser step
     assert saved["param_groups"][0]["lr"] == CFG.lr
 
     second = dataclasses.replace(CFG, lr=5e-4)
     resumed = train_round(run, 0, v1, tmp_path / "policy-2", second)
     assert resumed["resumed_optimizer"] and "optimizer_state" not in resumed
-    assert not (v1 / OPTIMIZER).exists()  # superseded moments are dropped: only the latest are kept
-    again = torch.load(tmp_path / "policy-2" / OPTIMIZER, weights_only=True)
+    assert optimizer_file(v1) is None  # superseded moments are dropped: only the latest are kept
+    again = torch.load(optimizer_file(tmp_path / "policy-2"), weights_only=True)
     assert {s["step"].item() for s in again["state"].values()} == {2.0}  # the count went on
     assert again["param_groups"][0]["lr"] == 5e-4  # this round's hyperparameters, not the saved ones
-    torch.save(saved, v1 / OPTIMIZER)  # put round 1's moments back for the comparison
+    (v1 / "trainer_state").mkdir()  # put round 1's moments back for the comparison
+    torch.save(saved, v1 / "trainer_state" / "optimizer.pt")
     fresh_cfg = dataclasses.replace(second, keep_optimizer_state=False)
     fresh = train_round(run, 0, v1, tmp_path / "policy-2-fresh", fresh_cfg)
-    assert not fresh["resumed_optimizer"] and not (tmp_path / "policy-2-fresh" / OPTIMIZER).exists()
+    assert not fresh["resumed_optimizer"] and optimizer_file(tmp_path / "policy-2-fresh") is None
     a, b, start = weights(tmp_path / "policy-2"), weights(tmp_path / "policy-2-fresh"), weights(v1)
     moved_a = sum((a[k] - start[k]).abs().sum() for k in a)
     moved_b = sum((b[k] - start[k]).abs().sum() for k in b)
