@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM
@@ -98,6 +99,19 @@ def test_updates_accumulate_in_master_weights_of_a_bf16_model(tmp_path):
     assert old[-1]["served_changed_total"] < totals[-1]
     rounded = load_file(tmp_path / f"old{ROUNDS}" / "model.safetensors")
     assert any(not torch.equal(rounded[k], expected[k].to(torch.bfloat16)) for k in rounded)
+
+
+def test_the_probe_is_that_of_the_served_bf16_weights(tmp_path):
+    """What an engine computes from the saved bf16 files (loaded in float32, buffers fresh) is what
+    the trainer wrote into probe.json: the check that vLLM serves this version must hold."""
+    from rao_core.engines.probe import probe_logprobs, read_probe
+
+    run, v0 = tmp_path / "run", bf16_checkpoint(tmp_path / "v0")
+    scored_rounds(run, 1)
+    train_round(run, 0, v0, tmp_path / "v1", CFG, origin=v0)
+    written = read_probe(tmp_path / "v1")
+    served = AutoModelForCausalLM.from_pretrained(tmp_path / "v1", dtype=torch.float32).eval()
+    assert probe_logprobs(served, written["token_ids"]) == pytest.approx(written["logprobs"], abs=1e-5)
 
 
 def test_a_round_that_changes_no_served_weight_says_so(tmp_path):
