@@ -9,7 +9,9 @@ estimate is above the device's memory, and RAO_SKIP_MEMORY_CHECK=1 runs it anywa
     trainer, full fine-tuning: float32 master weights, gradients and AdamW moments = 16 B/param,
         plus activations: with gradient checkpointing each layer keeps its input (T x H) and one
         layer is recomputed at a time; without, every layer keeps ~(12 H + 3 I) values per token,
-        plus TRL's fused LM head tile (4,096 tokens x 32,768 vocabulary entries, float32)
+        plus TRL's fused LM head tile (4,096 tokens x 32,768 vocabulary entries, float32), plus
+        1 GiB for the libraries themselves; 15% headroom on top (calibrated on Qwen3-0.6B's shapes:
+        docs/scale-out.md)
     trainer, LoRA: the frozen base in its dtype, the adapter with its gradients and moments
     vLLM: its share of the GPU (policy.gpu_memory_utilization), unless it sleeps or stops while the
         trainer runs (policy.vllm_during_train); on a CPU the weights plus its KV cache
@@ -30,7 +32,8 @@ from rao_core.config import ConfigError, RunConfig
 
 GIB = 2**30
 BYTES = {"F32": 4, "BF16": 2, "F16": 2, "F64": 8, "I64": 8, "I32": 4, "I8": 1, "U8": 1, "F8_E4M3": 1}
-HEADROOM = 1.1  # allocator fragmentation and buffers the formulas leave out
+HEADROOM = 1.15  # allocator fragmentation and buffers the formulas leave out
+RUNTIME = 1.0  # GiB: torch, transformers and TRL themselves in the trainer's process
 
 
 @dataclass
@@ -139,7 +142,7 @@ def plan(cfg: RunConfig, folder: Path, found: dict[str, Device]) -> Plan:
             "gradients": 4 * s.params / shards,
             "AdamW moments": 8 * s.params / shards,
         }
-    train.update({"activations": acts, "LM head tile": head})
+    train.update({"activations": acts, "LM head tile": head, "runtime": RUNTIME * GIB})
     out.stages["train"] = {k: v / GIB for k, v in train.items()}
     out.device["train"] = train_dev
     if p.kind == "vllm":

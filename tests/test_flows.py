@@ -96,6 +96,7 @@ def test_train_flow_end_to_end(prefect_server, tmp_path):
     assert sorted(m.step for m in history) == [0, 1, 2]
     child_metrics = children[0].data.metrics
     assert "train/loss" in child_metrics and "scores/mean_reward" in child_metrics
+    assert 0 < child_metrics["train/served_changed"] <= 1 and child_metrics["train/update_rms_ratio"] > 0
     lrs = sorted(c.data.metrics["train/lr"] for c in children)  # the schedule reached the trainer
     assert lrs == pytest.approx([5e-4, 1e-3])
     assert "eval/easy/success" in child_metrics and "rollout/nodes_per_tree" in child_metrics
@@ -129,7 +130,8 @@ def test_train_flow_end_to_end(prefect_server, tmp_path):
         r"round 1 rollout: 4 trees, \d+ nodes, root success [\d.]+, max depth \d+, "
         r"infrastructure failures 0 trees \(0 nodes\), [\d.]+ s",
         r"round 1 score: \d+ of \d+ nodes trained, 4 trees; dropped trees by reason: ",
-        r"round 1 train: loss -?[\d.]+, \d+ tokens \(\d+ action\), \d+ steps, mean ratio [\d.]+, [\d.]+ s",
+        r"round 1 train: loss -?[\d.]+, \d+ tokens \(\d+ action\), \d+ steps, mean ratio [\d.]+, "
+        r"served weights changed [\d.]+%, [\d.]+% since v0 \(float32\), update/weight RMS [\d.e+-]+, [\d.]+ s",
         r"v2 held-out success: easy [\d.]+, all [\d.]+",
     ):
         assert any(re.search(pattern, line) for line in logs), pattern

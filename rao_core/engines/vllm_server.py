@@ -134,6 +134,7 @@ class VLLMServer:
         if not self.alive():
             return False
         self._post("/wake_up", timeout=300.0)
+        self._post("/reset_prefix_cache", timeout=60.0)  # the KV blocks were dropped while asleep
         return level == 2
 
     def _post(self, route: str, timeout: float, **body: object) -> httpx.Response:

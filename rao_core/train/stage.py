@@ -215,7 +215,10 @@ def _train_and_publish(
             gc.collect()
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
-            if warning := state.no_change_warning(metrics, metrics["served_dtype"]):
+            warnings = [state.no_change_warning(metrics, metrics["served_dtype"])]
+            if not cfg.lora and origin is not None and Path(origin).resolve() != model_path.resolve():
+                warnings.append(state.lost_master_warning(model_path, metrics["served_dtype"]))
+            if warning := "; ".join(w for w in warnings if w):
                 log.warning(warning)
                 metrics["warning"] = warning
         metrics["stage_seconds"] = time.perf_counter() - t0

@@ -149,3 +149,15 @@ def no_change_warning(metrics: dict[str, Any], served_dtype: str) -> str | None:
             "exceeds the served dtype's resolution (train.lr may be too small to matter)"
         )
     return None
+
+
+def lost_master_warning(model_path: Path, served_dtype: str) -> str | None:
+    """One line when a round started from a narrower-than-float32 checkpoint of a run (not version
+    0) that has no master: only a run's latest checkpoint keeps one, so a branch from an earlier
+    round restarts from the rounded copy."""
+    if served_dtype != "float32" and master_dir(model_path) is None:
+        return (
+            f"{Path(model_path).name} has no float32 master weights (only a run's latest checkpoint "
+            f"keeps them): this round started from its {served_dtype} copy"
+        )
+    return None
