@@ -81,9 +81,9 @@ def _print_campaign(cfg) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from rao_core import campaign
+    from rao_core import reporting
 
-    summary = campaign.campaign_summary(cfg)
+    summary = reporting.campaign_summary(cfg)
     difficulties = sorted({d for v in summary.values() for d in v if d != "all"})
     table = Table(title=f"held-out success: {cfg.run_dir}")
     for col in ("policy", *difficulties, "all"):
@@ -91,7 +91,7 @@ def _print_campaign(cfg) -> None:
     for version, row in summary.items():
         table.add_row(version, *(f"{row.get(d, float('nan')):.3f}" for d in (*difficulties, "all")))
     Console().print(table)
-    for line in campaign.gain_lines(cfg):
+    for line in reporting.gain_lines(cfg):
         print(line)
 
 
@@ -187,7 +187,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         config=args.config, overrides=args.overrides, version=args.version, compare=args.compare
     )
     if args.compare:
-        table = cfg.run_dir / "reports" / f"compare-v{result['version']}.md"
+        table = cfg.layout.reports / f"compare-v{result['version']}.md"
         print(table.read_text() + f"\n(written to {table})")
     else:
         print(json.dumps(result, indent=1, default=str))

@@ -13,10 +13,9 @@ from pathlib import Path
 from prefect import flow, unmapped
 from prefect.task_runners import TaskRunner
 
-from rao_core import campaign, tracking
+from rao_core import campaign, reporting, tracking
 from rao_core.config import RunConfig, load_config
 from rao_core.engines.vllm_server import servers_stopped_after
-from rao_core.rollout import rollout_dir
 from rao_core.store.parquet import is_complete
 from tasks import stages
 
@@ -56,7 +55,7 @@ def rollout_shards_flow(cfg: RunConfig, round_: int) -> list[str]:
 def rollout(cfg: RunConfig, round_: int) -> str:
     """The round's rollout. With `rollout.runner=ray` the shards run first, in parallel on the Ray
     cluster, and the rollout task then only seals the round; locally it runs the shards in turn."""
-    if cfg.rollout.runner == "ray" and not is_complete(rollout_dir(cfg, round_)):
+    if cfg.rollout.runner == "ray" and not is_complete(cfg.layout.rollouts(round_)):
         rollout_shards_flow.with_options(task_runner=ray_runner(cfg))(cfg, round_)
     return stages.rollout(cfg, round_)
 
@@ -87,7 +86,7 @@ def train_flow(config: str | None = None, overrides: list[str] | None = None) ->
             for arm in arms:  # interleaved, so both learning curves grow side by side
                 run_round(arm, r)
             stages.campaign_report(cfg)
-    return campaign.campaign_summary(cfg)
+    return reporting.campaign_summary(cfg)
 
 
 @flow(name="rao-round", log_prints=True)

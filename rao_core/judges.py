@@ -32,6 +32,7 @@ from rao_core.agent.policy import GenerationRequest, Policy
 from rao_core.agent.prompts import ChatFraming, truncate
 from rao_core.config import ConfigError, JudgeConfig, PolicyConfig
 from rao_core.errors import JudgeError, retrying
+from rao_core.layout import RunLayout
 
 # Bump when the rubric or the parsing rules change: old cached verdicts then stop matching.
 RUBRIC_VERSION = "rubric-v1"
@@ -268,7 +269,8 @@ def build_judge(cfg: JudgeConfig, run_dir: str | Path | None) -> Judge | None:
     """The judge named by `cfg.kind`, caching under `<run_dir>/judge_cache/`; None for kind none."""
     if cfg.kind == "none":
         return None
-    cache = JudgeCache(Path(run_dir) / "judge_cache" if run_dir is not None else None) if cfg.cache else None
+    folder = RunLayout(Path(run_dir)).judge_cache if run_dir is not None else None
+    cache = JudgeCache(folder) if cfg.cache else None
     if cfg.kind == "scripted":
         return ScriptedJudge(cache)
     if not cfg.model:

@@ -94,6 +94,10 @@ class RunLayout:
     def compare(self, version: int, mode: str, ctx: int) -> Path:
         return self.root / "compare" / f"version={version}" / f"mode={mode}" / f"ctx={ctx}"
 
+    def sampled_eval(self, cell: str, version: int) -> Path:
+        """scripts/sampled_eval.py: version v evaluated with other sampling settings (`cell`)."""
+        return self.root / "eval-sampled" / cell / f"version={version}"
+
     def viewer(self, round_: int) -> Path:
         return self.root / "viewer" / f"round={round_}"
 
@@ -112,6 +116,10 @@ class RunLayout:
 
     def checkpoint_complete(self, version: int) -> bool:
         return (self.checkpoint(version) / METRICS).is_file()
+
+    def warmstart_complete(self) -> bool:
+        """The warm start's metrics.json is written last, after its model folder."""
+        return (self.warmstart / METRICS).is_file()
 
     def completed_rounds(self) -> int:
         """Rounds whose new policy has a complete evaluation (the next round to run)."""

@@ -25,8 +25,7 @@ import yaml
 
 from rao_core.config import ConfigError, RunConfig, save_config, to_dict
 from rao_core.config.loading import SECTIONS
-from rao_core.models.paths import warmstart_dir
-from rao_core.store.parquet import is_complete
+from rao_core.layout import RunLayout
 
 # Settings that no completed stage depends on: scheduling, placement, where servers live, tracking,
 # and what is decided per round or per command.
@@ -43,7 +42,6 @@ FREE = (
     "policy.weight_check_tolerance", "policy.vllm_during_train",
 )  # fmt: skip
 MODEL_ENGINES = ("hf", "vllm")  # the same model and sampling: switching between them is free
-HISTORY = "config_history.jsonl"
 
 
 def flatten(data: dict) -> dict[str, Any]:
@@ -86,15 +84,12 @@ def irrelevant(key: str, old: dict, new: dict) -> bool:
 
 def completed_any(run_dir: Path) -> bool:
     """Has any stage of this run completed (data, warm start, a rollout, an evaluation)?"""
-    return (
-        (run_dir / "data").is_dir()
-        or (warmstart_dir(run_dir) / "metrics.json").is_file()
-        or any(is_complete(p) for folder in ("rollouts", "eval") for p in (run_dir / folder).glob("round=*"))
-    )
+    run = RunLayout(run_dir)
+    return (run_dir / "data").is_dir() or run.warmstart_complete() or run.started()
 
 
 def stored_config(run_dir: Path) -> dict | None:
-    path = run_dir / "config.yaml"
+    path = RunLayout(run_dir).config
     data = yaml.safe_load(path.read_text()) if path.is_file() else None
     return data if isinstance(data, dict) else None
 
@@ -127,13 +122,13 @@ def record(cfg: RunConfig, diff: dict[str, tuple[Any, Any]], first_round: int, *
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     if diff or extra:
         entry = {"round": first_round, "time": time.time(), "changes": {k: list(v) for k, v in diff.items()}}
-        with (cfg.run_dir / HISTORY).open("a") as f:
+        with cfg.layout.history.open("a") as f:
             f.write(json.dumps({**entry, **extra}, default=str) + "\n")
-    save_config(cfg, cfg.run_dir / "config.yaml")
+    save_config(cfg, cfg.layout.config)
 
 
 def history(run_dir: Path) -> list[dict]:
-    path = run_dir / HISTORY
+    path = RunLayout(run_dir).history
     return [json.loads(line) for line in path.read_text().splitlines() if line] if path.is_file() else []
 
 
@@ -171,19 +166,21 @@ def branch_parts(source: RunConfig, cfg: RunConfig, from_round: int, diff: dict 
     src, dest = source.run_dir, cfg.run_dir
     if dest.exists():
         raise ConfigError(f"--branch: {dest} exists already; choose another name")
-    if not (src / "config.yaml").is_file():
+    run = RunLayout.open(src)
+    if not run.config.is_file():
         raise ConfigError(f"--branch: no run at {src} to branch from")
     if diff is None:
         diff = changes(stored_config(src) or {}, to_dict(cfg))
-    parts = [name for name in ("data", "checkpoints/warmstart") if (src / name).is_dir()]
+    shared = [p for p in (src / "data", run.warmstart) if p.is_dir()]
     for r in range(from_round):
-        for part in (f"rollouts/round={r}", f"scores/round={r}"):
-            if not is_complete(src / part):
-                raise ConfigError(f"--from-round: {from_round}: round {r} of {src} is not complete ({part})")
-        ckpt = src / f"checkpoints/round-{r + 1}"
-        if not (ckpt / "metrics.json").is_file():
-            raise ConfigError(f"--from-round: {from_round}: round {r} of {src} is not complete ({ckpt.name})")
-        parts += [f"rollouts/round={r}", f"scores/round={r}", f"checkpoints/round-{r + 1}"]
+        for part in (run.rollouts(r), run.scores(r)):
+            if not run.complete(part):
+                raise ConfigError(f"--from-round: {from_round}: round {r} of {src} is not complete ({part.name})")
+        if not run.checkpoint_complete(r + 1):
+            raise ConfigError(
+                f"--from-round: {from_round}: round {r} of {src} is not complete ({run.checkpoint(r + 1).name})"
+            )
+        shared += [run.rollouts(r), run.scores(r), run.checkpoint(r + 1)]
     if not any(k.startswith("eval.") and not is_free(k) for k in diff):
-        parts += [f"eval/round={v}" for v in range(from_round + 1) if is_complete(src / f"eval/round={v}")]
-    return parts
+        shared += [run.eval(v) for v in range(from_round + 1) if run.complete(run.eval(v))]
+    return [str(p.relative_to(src)) for p in shared]

@@ -44,14 +44,10 @@ from rao_core.store.schema import NODE_SCHEMA
 T = TypeVar("T")
 
 
-def rollout_dir(cfg: RunConfig, round_: int) -> Path:
-    return cfg.run_dir / "rollouts" / f"round={round_}"
-
-
 def shard_dir(cfg: RunConfig, round_: int, shard: int) -> Path:
     """Shard K's partition: `round=N/shard=K/`, or the round's own folder when there is one shard
     (so `shards = 1` keeps the unsharded layout)."""
-    dest = rollout_dir(cfg, round_)
+    dest = cfg.layout.rollouts(round_)
     return dest if cfg.rollout.shards == 1 else dest / f"shard={shard}"
 
 
@@ -74,7 +70,7 @@ def make_policy(cfg: RunConfig, suite, model_path: Path | None = None) -> tuple[
     path = model_path or initial_model(cfg.policy.model, cfg.run_dir)  # shipped, folder, hub id, 'tiny'
     tokenizer = load_tokenizer(str(path) if cfg.policy.tokenizer == "auto" else cfg.policy.tokenizer)
     policy_cfg = dataclasses.replace(cfg.policy, model=str(path))
-    log_path = cfg.run_dir / "logs" / "vllm.log"
+    log_path = cfg.layout.logs / "vllm.log"
     lora_rank = cfg.train.lora_r if cfg.train.lora else 0
     return build_engine(policy_cfg, tokenizer, serving_context(cfg), log_path, lora_rank=lora_rank), tokenizer
 
@@ -170,7 +166,7 @@ def rollout_round(cfg: RunConfig, progress: bool = False, model_path: Path | Non
     """Roll out one training round; a round whose partition is already complete is not run again.
     Shards not yet complete run here one after another (a Ray cluster runs them in parallel first:
     flows/training.py), then the round is sealed."""
-    if not is_complete(rollout_dir(cfg, cfg.rollout.round)):
+    if not is_complete(cfg.layout.rollouts(cfg.rollout.round)):
         check_shard_count(cfg)
         for k in range(cfg.rollout.shards):
             rollout_shard(cfg, k, progress, model_path)
@@ -191,7 +187,7 @@ def rollout_shard(cfg: RunConfig, shard: int, progress: bool = False, model_path
 def check_shard_count(cfg: RunConfig) -> None:
     """A round started with S shards is finished with S: its complete shards hold the tasks dealt
     k::S, and another count would deal the rest differently (duplicated and missing tasks)."""
-    dest = rollout_dir(cfg, cfg.rollout.round)
+    dest = cfg.layout.rollouts(cfg.rollout.round)
     for part in dest.glob("shard=*"):
         if is_complete(part):
             started = read_meta(part).get("shard", [0, cfg.rollout.shards])[1]
@@ -205,7 +201,7 @@ def check_shard_count(cfg: RunConfig) -> None:
 def seal_round(cfg: RunConfig) -> Path:
     """Mark a sharded round complete once every shard is (a no-op for one shard or a sealed round):
     from then on readers see the shards as one table."""
-    dest = rollout_dir(cfg, cfg.rollout.round)
+    dest = cfg.layout.rollouts(cfg.rollout.round)
     if cfg.rollout.shards == 1 or is_complete(dest):
         return dest
     parts = [shard_dir(cfg, cfg.rollout.round, k).name for k in range(cfg.rollout.shards)]
@@ -324,4 +320,4 @@ def summarize(table: pa.Table) -> dict:
 
 
 def load_round(cfg: RunConfig, round_: int) -> pa.Table:
-    return read_partition(rollout_dir(cfg, round_), "nodes")
+    return read_partition(cfg.layout.rollouts(round_), "nodes")

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rao_core.config import ScoringConfig
+from rao_core.layout import RunLayout
 from rao_core.store.parquet import is_complete, partition_files, read_partition, write_partition
 from rao_core.store.schema import SCORES_SCHEMA
 from rao_core.store.sqlfiles import run_sql
@@ -28,14 +29,6 @@ PIPELINE = ("node_rewards", "trees", "group_baselines", "depth_counts")
 # attached by position (advantages.sql keeps the file's row order), which is much cheaper than
 # carrying the strings through DuckDB's joins: the SQL works on 64-bit keys of the ids.
 ID_COLUMNS = ["run", "round", "task_id", "tree_id", "node_id", "parent_id", "depth"]
-
-
-def rollouts_dir(run_dir: str | Path, round: int) -> Path:
-    return Path(run_dir) / "rollouts" / f"round={round}"
-
-
-def scores_dir(run_dir: str | Path, round: int) -> Path:
-    return Path(run_dir) / "scores" / f"round={round}"
 
 
 def _params(nodes_path: Path | list[Path], cfg: ScoringConfig) -> dict[str, Any]:
@@ -100,10 +93,11 @@ def score_round(run_dir: str | Path, round: int, cfg: ScoringConfig) -> Path:
     Idempotent: a complete scores partition is returned as is (scores are a pure function of the
     nodes and the config recorded in its marker), so a retried flow step costs nothing.
     """
-    dest = scores_dir(run_dir, round)
+    layout = RunLayout(Path(run_dir))
+    dest = layout.scores(round)
     if is_complete(dest):
         return dest
-    src = rollouts_dir(run_dir, round)
+    src = layout.rollouts(round)
     if not is_complete(src):
         raise FileNotFoundError(f"no complete rollouts partition at {src}")
     table = score_nodes(partition_files(src, "nodes"), cfg)
@@ -115,7 +109,7 @@ def score_round(run_dir: str | Path, round: int, cfg: ScoringConfig) -> Path:
 
 def scores_summary(run_dir: str | Path, round: int) -> dict[str, Any]:
     """Figures of one scored round for logging (MLflow): counts, drops, means, N_d and w_d."""
-    scores = read_partition(scores_dir(run_dir, round), "scores")
+    scores = read_partition(RunLayout(Path(run_dir)).scores(round), "scores")
     with duckdb.connect() as con:
         con.register("scores", scores)
         totals = run_sql(con, "summary_totals").fetchall()[0]

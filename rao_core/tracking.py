@@ -1,4 +1,5 @@
-"""MLflow tracking: one parent run per training campaign, one nested run per round.
+"""MLflow tracking: one parent run per training campaign, one nested run per round, and what each
+round logs there (once: a marker under <run>/logged/ makes a resumed campaign skip it).
 
 Uses MlflowClient with explicit run ids (no fluent "active run" state), so stages may log from any
 thread or process, and a resumed campaign continues the same runs: their ids are kept in
@@ -42,7 +43,7 @@ def _experiment_id(client, cfg: RunConfig) -> str:
 
 
 def _ids_path(cfg: RunConfig) -> Path:
-    return cfg.run_dir / "tracking.json"
+    return cfg.layout.tracking
 
 
 def _load_ids(cfg: RunConfig) -> dict:
@@ -160,3 +161,41 @@ def campaign_status(cfgs: list[RunConfig]) -> Iterator[None]:
     finally:
         for cfg, run_id in ids:
             finish_run(cfg, run_id, status)
+
+
+def log_round(cfg: RunConfig, round_: int, metrics: dict[str, Any]) -> bool:
+    """Log one round to MLflow once: its figures (reporting.round_report) on its nested run and on
+    the campaign run, the evaluation and scores markers, viewer pages of a few trees, the checkpoint."""
+    run = cfg.layout
+    if run.logged(round_).is_file():
+        return False
+    run_id = round_run_id(cfg, round_)
+    log_metrics(cfg, run_id, metrics, step=round_)
+    # The campaign run plots evaluation against policy version (0 = the warm start, see log_baseline).
+    parent = campaign_run_id(cfg)
+    log_metrics(cfg, parent, {"eval": metrics["eval"]}, step=round_ + 1)
+    log_metrics(cfg, parent, {k: v for k, v in metrics.items() if k != "eval"}, step=round_)
+    for folder, part in (("eval", run.eval(round_ + 1)), ("scores", run.scores(round_))):
+        for name in ("summary.json", "_COMPLETE"):
+            if (part / name).is_file():
+                log_artifacts(cfg, run_id, part / name, folder)
+    if cfg.eval.trees_to_render > 0:  # a sample of the round's trees as viewer pages (rao show)
+        from rao_core.eval.viewer import write_tree_sample
+
+        write_tree_sample(cfg.run_dir, round_, cfg.eval.trees_to_render, run.viewer(round_))
+        log_artifacts(cfg, run_id, run.viewer(round_), "trees")
+    if cfg.tracking.log_checkpoints and run.checkpoint_complete(round_ + 1):
+        log_artifacts(cfg, run_id, run.checkpoint(round_ + 1), "checkpoint")
+    finish_run(cfg, run_id)
+    write_json(run.logged(round_), metrics)
+    return True
+
+
+def log_baseline(cfg: RunConfig, eval_metrics: dict[str, Any]) -> bool:
+    """Evaluation of policy version 0 on the campaign run, at step 0 (once)."""
+    marker = cfg.layout.logged_baseline
+    if marker.is_file():
+        return False
+    log_metrics(cfg, campaign_run_id(cfg), {"eval": eval_metrics}, step=0)
+    write_json(marker, eval_metrics)
+    return True

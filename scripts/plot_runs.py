@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/plot_runs.py --runs seed0 seed1 seed2 --out docs/img/seeds.png
 
-Reads each run's complete evaluations (runs/<name>/eval/round=v/); prints the table it plots.
+Reads each run's complete evaluations (runs/<name>/eval/version=v/); prints the table it plots.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rao_core.campaign import eval_history_of
 from rao_core.eval.report import plot_runs
+from rao_core.reporting import eval_history_of
 
 
 def main() -> None:

@@ -128,7 +128,7 @@ def main() -> None:
     total = time.perf_counter() - t1
     machine_peak = watch.stop()
     rollout = json.loads((run / "rollouts" / "round=0" / "_COMPLETE").read_text())
-    train = json.loads((run / "checkpoints" / "round-1" / "metrics.json").read_text())
+    train = json.loads((run / "checkpoints" / "version=1" / "metrics.json").read_text())
     result = {
         "model": "Qwen3-0.6B shapes, random weights, bf16 checkpoint (vLLM serves float32 on this CPU)",
         "build_seconds": round(built, 1),

@@ -8,7 +8,7 @@ Greedy evaluation (the campaign's) scores one deterministic tree per task; RL op
 as it samples. This rolls out `--samples` trees per held-out task (the campaign's fixed eval tasks)
 for each version, into <run>/eval-sampled/T=<t>,k=<k>/v=<n>/ (resumable partitions), and prints
 success per difficulty plus the paired difference last - first with a 95% bootstrap interval over
-tasks. Version 0 is the run's starting model (policy.model); version n is checkpoints/round-n.
+tasks. Version 0 is the run's starting model (policy.model); version n is checkpoints/version=n.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rao_core.campaign import checkpoint_dir
 from rao_core.config import ConfigError, load_config
 from rao_core.eval.metrics import paired_bootstrap, per_task_success, tree_metrics
 from rao_core.rollout import run_rollout
@@ -42,10 +41,10 @@ def main() -> None:
     cell = f"T={args.temperature},k={args.samples}" + (f",d={args.difficulty}" if args.difficulty else "")
     results = {}
     for v in args.versions:
-        model = None if v == 0 else checkpoint_dir(cfg, v)
+        model = None if v == 0 else cfg.layout.checkpoint(v)
         if model is not None and not model.is_dir():
             raise SystemExit(f"--versions: {model} does not exist")
-        dest = cfg.run_dir / "eval-sampled" / cell / f"v={v}"
+        dest = cfg.layout.sampled_eval(cell, v)
         run_rollout(
             cfg, dest, "val", cfg.eval.difficulty, cfg.eval.num_tasks, args.samples, args.temperature,
             True, model, per_difficulty=True, task_seed=cfg.tasks.seed,

@@ -7,8 +7,9 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from rao_core import campaign
+from rao_core import campaign, reporting, tracking
 from rao_core.config import RunConfig
+from tasks import artifacts
 
 # Stages are idempotent on their own (complete markers), so Prefect's caching is not needed.
 STAGE = {"cache_policy": NO_CACHE, "retries": 1, "retry_delay_seconds": 2}
@@ -20,7 +21,7 @@ def synthesize(cfg: RunConfig) -> str:
 
     diff = campaign.prepare(cfg)
     if diff:
-        get_run_logger().info(campaign.config_change_line(cfg, diff))
+        get_run_logger().info(reporting.config_change_line(cfg, diff))
     return str(open_suite(cfg).dir)
 
 
@@ -32,7 +33,7 @@ def warm_start(cfg: RunConfig) -> str:
 @task(name="rollout", **STAGE)
 def rollout(cfg: RunConfig, round_: int) -> str:
     path = campaign.stage_rollout(cfg, round_)
-    get_run_logger().info(campaign.rollout_line(cfg, round_))
+    get_run_logger().info(reporting.rollout_line(cfg, round_))
     return str(path)
 
 
@@ -51,45 +52,45 @@ def rollout_shard(cfg: RunConfig, round_: int, shard: int) -> str:
 @task(name="score", **STAGE)
 def score(cfg: RunConfig, round_: int) -> str:
     path = campaign.stage_score(cfg, round_)
-    get_run_logger().info(campaign.score_line(cfg, round_))
+    get_run_logger().info(reporting.score_line(cfg, round_))
     return str(path)
 
 
 @task(name="train", log_prints=False, **STAGE)  # dill (datasets) prints `dis` output
 def train(cfg: RunConfig, round_: int) -> str:
     campaign.stage_train(cfg, round_)
-    get_run_logger().info(campaign.train_line(cfg, round_))
-    return str(campaign.checkpoint_dir(cfg, round_ + 1))
+    get_run_logger().info(reporting.train_line(cfg, round_))
+    return str(cfg.layout.checkpoint(round_ + 1))
 
 
 @task(name="evaluate", **STAGE)
 def evaluate(cfg: RunConfig, version: int) -> dict:
     summary = campaign.stage_evaluate(cfg, version)
-    get_run_logger().info(campaign.eval_line(cfg, version, summary))
+    get_run_logger().info(reporting.eval_line(cfg, version, summary))
     return summary
 
 
 @task(name="report", cache_policy=NO_CACHE)
 def report(cfg: RunConfig, round_: int) -> dict:
     """Log the round to MLflow (once) and summarise it as Prefect artifacts in the UI."""
-    metrics = campaign.round_report(cfg, round_)
-    campaign.log_round(cfg, round_, metrics)
-    key = campaign.artifact_key(cfg, "round", round_)
-    create_table_artifact(key=key, table=campaign.summary_rows(metrics), description=f"round {round_}")
-    create_markdown_artifact(key=f"{key}-summary", markdown=campaign.summary_markdown(cfg, round_, metrics))
+    metrics = reporting.round_report(cfg, round_)
+    tracking.log_round(cfg, round_, metrics)
+    key = artifacts.artifact_key(cfg, "round", round_)
+    create_table_artifact(key=key, table=artifacts.summary_rows(metrics), description=f"round {round_}")
+    create_markdown_artifact(key=f"{key}-summary", markdown=reporting.summary_markdown(cfg, round_, metrics))
     return metrics
 
 
 @task(name="campaign-report", cache_policy=NO_CACHE)
 def campaign_report(cfg: RunConfig) -> list[str]:
     """Learning curves (both arms) and depth against difficulty: files, MLflow, a Prefect artifact."""
-    files = campaign.write_campaign_report(cfg)
+    files = reporting.write_campaign_report(cfg)
     if "curves" in files:
         create_markdown_artifact(
-            key=campaign.artifact_key(cfg, "learning-curves"),
+            key=artifacts.artifact_key(cfg, "learning-curves"),
             markdown="# Learning curves\n\n" + files["curves"].read_text(),
         )
-    for line in campaign.gain_lines(cfg):
+    for line in reporting.gain_lines(cfg):
         get_run_logger().info(line)
     return [str(p) for p in files.values()]
 
@@ -100,13 +101,13 @@ def compare(cfg: RunConfig, version: int) -> dict:
     from rao_core.eval.compare import compare_version
 
     result = compare_version(cfg, version, campaign.model_path(cfg, version))
-    files = campaign.write_comparison(cfg, result)
+    files = reporting.write_comparison(cfg, result)
     create_markdown_artifact(
-        key=campaign.artifact_key(cfg, "compare", version), markdown=files["table"].read_text()
+        key=artifacts.artifact_key(cfg, "compare", version), markdown=files["table"].read_text()
     )
     return result
 
 
 @task(name="log-baseline", cache_policy=NO_CACHE)
 def log_baseline(cfg: RunConfig, eval_metrics: dict) -> None:
-    campaign.log_baseline(cfg, eval_metrics)
+    tracking.log_baseline(cfg, eval_metrics)

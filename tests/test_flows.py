@@ -22,6 +22,7 @@ from mlflow.tracking import MlflowClient
 from rao_core import campaign, tracking
 from rao_core.config import load_config
 from rao_core.store.parquet import is_complete
+from tasks import artifacts
 from tests.conftest import TOY
 
 pytestmark = pytest.mark.slow  # Prefect's local server, MLflow, SIGKILLed campaigns
@@ -85,7 +86,7 @@ def test_train_flow_end_to_end(prefect_server, tmp_path):
         rows = pq.read_table(cfg.run_dir / "rollouts" / f"round={r}" / "nodes.parquet").to_pylist()
         assert rows and all(row["policy_version"] == r and row["logprobs"] for row in rows)
         assert is_complete(cfg.run_dir / "scores" / f"round={r}")
-        assert campaign.checkpoint_complete(campaign.checkpoint_dir(cfg, r + 1))
+        assert cfg.layout.checkpoint_complete(r + 1)
     assert [row["logged"] for row in campaign.status(cfg)] == [True, True]
 
     client, runs = mlflow_runs(cfg)
@@ -100,8 +101,8 @@ def test_train_flow_end_to_end(prefect_server, tmp_path):
     lrs = sorted(c.data.metrics["train/lr"] for c in children)  # the schedule reached the trainer
     assert lrs == pytest.approx([5e-4, 1e-3])
     assert "eval/easy/success" in child_metrics and "rollout/nodes_per_tree" in child_metrics
-    artifacts = {a.path for a in client.list_artifacts(children[0].info.run_id)}
-    assert {"eval", "scores", "checkpoint", "trees"} <= artifacts
+    logged = {a.path for a in client.list_artifacts(children[0].info.run_id)}
+    assert {"eval", "scores", "checkpoint", "trees"} <= logged
     pages = [a.path for a in client.list_artifacts(children[0].info.run_id, "trees")]
     assert pages and all(p.endswith(".html") for p in pages)  # viewer pages of sampled trees
     reports = {a.path for a in client.list_artifacts(parent[0].info.run_id, "reports")}
@@ -120,8 +121,8 @@ def test_train_flow_end_to_end(prefect_server, tmp_path):
     import asyncio
 
     keys = asyncio.run(artifact_keys())
-    assert campaign.artifact_key(cfg, "round", 1) in keys
-    assert campaign.artifact_key(cfg, "learning-curves") in keys
+    assert artifacts.artifact_key(cfg, "round", 1) in keys
+    assert artifacts.artifact_key(cfg, "learning-curves") in keys
 
     # The campaign's MLflow run is closed, and each stage told the flow run's log what it did.
     assert client.get_run(parent[0].info.run_id).info.status == "FINISHED"
@@ -157,8 +158,8 @@ def test_control_arm_trains_beside_the_main_arm(prefect_server, tmp_path):
     control = campaign.control_config(cfg)
     rows = pq.read_table(control.run_dir / "rollouts" / "round=0" / "nodes.parquet").to_pylist()
     assert rows and {r["mode"] for r in rows} == {"single"} and {r["depth"] for r in rows} == {0}
-    assert campaign.checkpoint_complete(campaign.checkpoint_dir(control, 1))
-    assert is_complete(control.run_dir / "eval" / "round=1")
+    assert control.layout.checkpoint_complete(1)
+    assert is_complete(control.layout.eval(1))
     curves = (cfg.run_dir / "reports" / "learning_curves.md").read_text()
     assert "recursive easy" in curves and "single easy" in curves
 
@@ -218,7 +219,7 @@ def test_kill_and_resume(prefect_server, tmp_path):
     stops = [
         lambda: (cfg.run_dir / "rollouts").is_dir(),  # round 0 rollout under way (warm start done)
         lambda: is_complete(cfg.run_dir / "scores" / "round=0"),  # about to train round 0
-        lambda: campaign.checkpoint_complete(campaign.checkpoint_dir(cfg, 2)),  # evaluating v2
+        lambda: cfg.layout.checkpoint_complete(2),  # evaluating v2
     ]
     for stop in stops:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -273,7 +274,7 @@ def test_other_suites_run_through_the_same_flow(prefect_server, tmp_path, suite)
     assert {r["suite"] for r in rows} == {suite} and max(r["depth"] for r in rows) >= 1
     assert {r["success_source"] for r in rows if r["depth"] > 0} <= {"judge", "verifier"}
     assert is_complete(cfg.run_dir / "scores" / "round=0")
-    assert campaign.checkpoint_complete(campaign.checkpoint_dir(cfg, 1))
+    assert cfg.layout.checkpoint_complete(1)
     assert (cfg.run_dir / "reports" / "learning_curves.png").is_file()
 
 
@@ -332,10 +333,10 @@ def test_a_warm_start_trained_inside_the_run(prefect_server, tmp_path):
     cfg = load_config(overrides=ov)
     assert set(train_flow(overrides=ov)) == {"v0", "v1"}
     v0 = cfg.run_dir / "checkpoints" / "warmstart" / "model"
-    assert campaign.initial_model(cfg) == v0 and campaign.checkpoint_complete(v0)
+    assert campaign.initial_model(cfg) == v0 and cfg.layout.warmstart_complete()
     metrics = (cfg.run_dir / "checkpoints" / "warmstart" / "metrics.json").read_text()
     assert '"recursive_episodes": 16' in metrics and '"hidden": 64' in metrics  # the run's settings
-    train = (campaign.checkpoint_dir(cfg, 1) / "metrics.json").read_text()
+    train = (cfg.layout.checkpoint(1) / "metrics.json").read_text()
     assert f'"model_path": "{v0}"' in train  # version 1 was trained from the run's own warm start
 
 
@@ -356,7 +357,7 @@ def test_a_campaign_round_on_vllm(prefect_server, tmp_path, vllm_python):
     assert vllm_server._SERVERS == {}  # stopped with the campaign
     rows = pq.read_table(cfg.run_dir / "rollouts" / "round=0" / "nodes.parquet").to_pylist()
     assert rows and all(r["logprobs"] for r in rows) and {r["status"] for r in rows} != {"infra_error"}
-    train = json.loads((campaign.checkpoint_dir(cfg, 1) / "metrics.json").read_text())
+    train = json.loads((cfg.layout.checkpoint(1) / "metrics.json").read_text())
     assert train["logprob_diff_mean"] < 1e-4 and train["mean_ratio"] == pytest.approx(1.0, abs=0.05)
     log = (cfg.run_dir / "logs" / "vllm.log").read_text()
     assert log.count("Starting vLLM server") == 1  # one server: v1 was loaded into it, not restarted

@@ -21,7 +21,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from rao_core.config import ConfigError, RunConfig, load_config
-from rao_core.rollout import load_round, rollout_dir, rollout_round, rollout_shard, shard_tasks
+from rao_core.rollout import load_round, rollout_round, rollout_shard, shard_tasks
 from rao_core.scoring import score_nodes, score_round
 from rao_core.store.db import connect
 from rao_core.store.parquet import is_complete, read_meta, read_partition
@@ -74,13 +74,13 @@ def test_local_shards_resume_then_seal(tmp_path):
     )
     first = rollout_shard(cfg, 0)
     stamp = (first / "nodes.parquet").stat().st_mtime_ns
-    assert first == rollout_dir(cfg, 0) / "shard=0" and not is_complete(rollout_dir(cfg, 0))
+    assert first == cfg.layout.rollouts(0) / "shard=0" and not is_complete(cfg.layout.rollouts(0))
     with connect(cfg.run_dir) as con:
         assert con.sql("SELECT count(*) FROM nodes").fetchall() == [(0,)]
-    assert rollout_round(cfg) == rollout_dir(cfg, 0)
+    assert rollout_round(cfg) == cfg.layout.rollouts(0)
     assert (first / "nodes.parquet").stat().st_mtime_ns == stamp  # shard 0 was not rolled out again
-    meta = read_meta(rollout_dir(cfg, 0))
-    shard_rows = [read_meta(rollout_dir(cfg, 0) / p)["rows"]["nodes"] for p in meta["parts"]]
+    meta = read_meta(cfg.layout.rollouts(0))
+    shard_rows = [read_meta(cfg.layout.rollouts(0) / p)["rows"]["nodes"] for p in meta["parts"]]
     assert meta["rows"]["nodes"] == sum(shard_rows) == load_round(cfg, 0).num_rows
     assert meta["trees"] == TASKS * 2  # TOY's G = 2
 
@@ -114,7 +114,7 @@ def shard_task_runs(since: datetime) -> list[str]:
 def check_round(cfg: RunConfig) -> list[dict]:
     """The sealed round: both shards listed and complete, each root task in one shard only, G
     trees per task, no node twice; the DuckDB view and read_partition agree."""
-    dest = rollout_dir(cfg, 0)
+    dest = cfg.layout.rollouts(0)
     assert read_meta(dest)["parts"] == ["shard=0", "shard=1"]
     task_sets = []
     for part in ("shard=0", "shard=1"):
@@ -138,7 +138,7 @@ def test_sharded_rollout_on_ray_matches_one_local_rollout(ray_cluster, prefect_s
 
     overrides, cfg = sharded_config(tmp_path)
     since = datetime.now(UTC)
-    assert Path(rollout_flow(overrides=overrides)) == rollout_dir(cfg, 0)
+    assert Path(rollout_flow(overrides=overrides)) == cfg.layout.rollouts(0)
     assert shard_task_runs(since) == ["COMPLETED", "COMPLETED"]  # one task run per shard
     rows = check_round(cfg)
 
@@ -147,7 +147,7 @@ def test_sharded_rollout_on_ray_matches_one_local_rollout(ray_cluster, prefect_s
     local = load_config(overrides=[f"runs_dir={tmp_path}", "run_name=local", *TOY,
                                    f"rollout.num_tasks={TASKS}", f"rollout.group_size={G}"])  # fmt: skip
     rollout_round(local)
-    assert (rollout_dir(local, 0) / "nodes.parquet").is_file()  # one shard: today's layout
+    assert (local.layout.rollouts(0) / "nodes.parquet").is_file()  # one shard: today's layout
     assert {r["tree_id"] for r in rows} == {r["tree_id"] for r in load_round(local, 0).to_pylist()}
     one_file = tmp_path / "concatenated.parquet"
     pq.write_table(load_round(cfg, 0), one_file)
@@ -169,7 +169,7 @@ def dying_shard(cfg: RunConfig, round_: int, shard: int) -> str:
         path = Path(stages.rollout_shard.fn(cfg, round_, shard))
         once.write_text(str((path / "nodes.parquet").stat().st_mtime_ns))
     else:
-        part = rollout_dir(cfg, round_) / "shard=1"
+        part = cfg.layout.rollouts(round_) / "shard=1"
         (part.parent / ".tmp-shard=1-deadbeef").mkdir(parents=True)
         part.mkdir()
         (part / "nodes.parquet").write_bytes(b"PAR1 half a file")
@@ -192,4 +192,4 @@ def test_lost_workers_shards_are_retried_without_duplicates(
     assert shard_task_runs(since) == ["COMPLETED", "COMPLETED"]  # Ray re-ran the same task runs
     check_round(cfg)
     first_write = int((tmp_path / "killed-shard-0").read_text())
-    assert (rollout_dir(cfg, 0) / "shard=0" / "nodes.parquet").stat().st_mtime_ns == first_write
+    assert (cfg.layout.rollouts(0) / "shard=0" / "nodes.parquet").stat().st_mtime_ns == first_write

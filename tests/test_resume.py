@@ -87,7 +87,7 @@ def test_branch_shares_completed_rounds_and_runs_on_with_new_settings(tmp_path):
     for part in (
         "rollouts/round=0/nodes.parquet",
         "scores/round=0/scores.parquet",
-        "checkpoints/round-1/config.json",
+        "checkpoints/version=1/config.json",
     ):
         a, b = cfg.run_dir / part, branched.run_dir / part
         assert b.is_file() and a.stat().st_ino == b.stat().st_ino  # shared by a hard link
@@ -105,7 +105,7 @@ def test_branch_shares_completed_rounds_and_runs_on_with_new_settings(tmp_path):
 def test_history_lines_are_json(tmp_path):
     cfg = completed_round(tmp_path)
     campaign.prepare(toy_config(tmp_path, "campaign.rounds=2"))
-    lines = (cfg.run_dir / resume.HISTORY).read_text().splitlines()
+    lines = cfg.layout.history.read_text().splitlines()
     assert [json.loads(x)["changes"] for x in lines] == [{"campaign.rounds": [8, 2]}]
 
 

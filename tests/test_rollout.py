@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from flows.cli import main
-from rao_core.rollout import load_round, rollout_dir, rollout_round, summarize
+from rao_core.rollout import load_round, rollout_round, summarize
 from rao_core.store.parquet import clean_temporaries, is_complete, write_partition
 from rao_core.store.schema import NODE_SCHEMA
 from tests.conftest import TOY
@@ -165,7 +165,7 @@ def test_cli_rollout_and_bad_config(toy, capsys, tmp_path):
     cfg = toy()
     code = main(["rollout", "--no-progress", *_flags([f"runs_dir={tmp_path}", *TOY, "rollout.num_tasks=1"])])
     assert code == 0 and "root_success" in capsys.readouterr().out
-    assert is_complete(rollout_dir(cfg, 0))
+    assert is_complete(cfg.layout.rollouts(0))
     code = main(["rollout", "--set", "agent.max_steps=zero"])
     err = capsys.readouterr().err
     assert (

@@ -24,6 +24,7 @@ from rao_core.config.types import (
     section,
 )
 from rao_core.config.warmstart import WarmStartConfig
+from rao_core.layout import RunLayout
 
 EngineKind = Literal["scripted", "hf", "vllm", "openai"]
 
@@ -380,6 +381,11 @@ class RunConfig:
     @property
     def run_dir(self) -> Path:
         return Path(self.runs_dir) / self.run_name
+
+    @property
+    def layout(self) -> RunLayout:
+        """Every path and completeness check of this run's folder (rao_core/layout.py)."""
+        return RunLayout(self.run_dir)
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> RunConfig:

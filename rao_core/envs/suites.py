@@ -159,7 +159,7 @@ SUITES: dict[str, type] = {
 
 
 def data_dir(cfg: RunConfig) -> Path:
-    return cfg.run_dir / "data" / cfg.suite
+    return cfg.layout.data(cfg.suite)
 
 
 def open_suite(cfg: RunConfig):

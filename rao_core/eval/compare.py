@@ -27,10 +27,6 @@ def grid(cfg: RunConfig) -> list[tuple[str, int]]:
     return [(m, c) for c in limits or [cfg.agent.max_context_tokens] for m in modes]
 
 
-def cell_dir(cfg: RunConfig, version: int, mode: str, ctx: int) -> Path:
-    return cfg.run_dir / "compare" / f"version={version}" / f"mode={mode}" / f"ctx={ctx}"
-
-
 def compare_version(
     cfg: RunConfig, version: int, model_path: Path | None = None, progress: bool = False
 ) -> dict[str, Any]:
@@ -40,7 +36,7 @@ def compare_version(
     for mode, ctx in grid(cfg):
         agent = dataclasses.replace(cfg.agent, mode=mode, max_context_tokens=ctx)
         cell_cfg = dataclasses.replace(cfg, agent=agent)
-        dest = cell_dir(cfg, version, mode, ctx)
+        dest = cfg.layout.compare(version, mode, ctx)
         run_rollout(
             cell_cfg, dest, "val", cfg.eval.difficulty, cfg.eval.num_tasks, cfg.eval.samples, cfg.eval.temperature,
             progress, model_path, per_difficulty=True, task_seed=cfg.tasks.seed,

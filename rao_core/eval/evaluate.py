@@ -1,6 +1,6 @@
 """The evaluation stage: the round's policy on held-out tasks, written like a rollout partition.
 
-eval/round=N/nodes.parquet + summary.json     (policy version N, split val, one tree per task)
+eval/version=N/nodes.parquet + summary.json     (policy version N, split val, one tree per task)
 """
 
 from __future__ import annotations
@@ -16,15 +16,11 @@ from rao_core.store.files import write_json
 from rao_core.store.parquet import read_partition
 
 
-def eval_dir(cfg: RunConfig, round_: int) -> Path:
-    return cfg.run_dir / "eval" / f"round={round_}"
-
-
 def evaluate_round(
     cfg: RunConfig, round_: int, model_path: Path | None = None, progress: bool = False
 ) -> dict:
     """Evaluate policy version `round_` (idempotent: a complete partition is only re-summarised)."""
-    dest = eval_dir(cfg, round_)
+    dest = cfg.layout.eval(round_)
     run_rollout(
         cfg, dest, "val", cfg.eval.difficulty, cfg.eval.num_tasks, cfg.eval.samples, cfg.eval.temperature, progress,
         model_path, per_difficulty=True, task_seed=cfg.tasks.seed,

@@ -14,8 +14,9 @@ from typing import Any
 
 from rao_core.eval.metrics import paired_bootstrap, per_task_success
 from rao_core.eval.report import difficulties
+from rao_core.layout import RunLayout
 from rao_core.store.db import connect
-from rao_core.store.parquet import is_complete, read_partition
+from rao_core.store.parquet import read_partition
 from rao_core.store.sqlfiles import run_sql
 
 
@@ -51,11 +52,12 @@ def paired_gain(first: list[dict[str, Any]], last: list[dict[str, Any]]) -> dict
 def run_gain(run_dir: Path, first: int = 0, last: int | None = None) -> dict[str, Any] | None:
     """paired_gain between evaluations `first` and `last` (default: the latest) of a run; None
     while fewer than two are complete."""
-    done = sorted(int(p.name.split("=")[1]) for p in (run_dir / "eval").glob("round=*") if is_complete(p))
+    run = RunLayout(Path(run_dir))
+    done = run.evaluated_versions()
     last = done[-1] if last is None and done else last
     if last is None or first not in done or last not in done or last == first:
         return None
-    rows = [read_partition(run_dir / "eval" / f"round={v}", "nodes").to_pylist() for v in (first, last)]
+    rows = [read_partition(run.eval(v), "nodes").to_pylist() for v in (first, last)]
     by = paired_gain(*rows)
     return {"first": first, "last": last, "by": by} if by else None  # None: no task in common
 

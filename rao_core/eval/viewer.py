@@ -18,6 +18,7 @@ from typing import Any
 
 import duckdb
 
+from rao_core.layout import RunLayout
 from rao_core.store.db import connect
 from rao_core.store.schema import STATUSES
 from rao_core.store.sqlfiles import run_sql
@@ -82,7 +83,7 @@ def show_tree(
 ) -> Path:
     """`rao show`: write one tree's page (default `<run>/viewer/round=R/<tree>.html`); returns its path."""
     rows = tree_rows(run_dir, tree_id, round)
-    path = Path(out) if out else Path(run_dir) / "viewer" / f"round={rows[0]['round']}" / page_name(tree_id)
+    path = Path(out) if out else RunLayout(Path(run_dir)).viewer(rows[0]["round"]) / page_name(tree_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_tree_html(rows), encoding="utf-8")
     return path

@@ -10,12 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rao_core.layout import RunLayout
 from rao_core.models.locate import is_shipped, local_model
-
-
-def warmstart_dir(run_dir: Path) -> Path:
-    """The warm-start stage's work folder; its checkpoint is the `model` folder inside."""
-    return run_dir / "checkpoints" / "warmstart"
 
 
 def initial_model(name: str, run_dir: Path) -> Path:
@@ -24,7 +20,7 @@ def initial_model(name: str, run_dir: Path) -> Path:
     if is_shipped(name) or Path(name).is_dir():
         return local_model(name)
     if name == "warmstart":
-        return warmstart_dir(run_dir) / "model"
+        return RunLayout(run_dir).warmstart / "model"
     if name == "tiny":
         from rao_core.models.tiny import resolve_model
 

@@ -8,8 +8,8 @@ finds `out_path` finds a complete checkpoint. Idempotent: a finished `out_path` 
 Data-parallel on several processes (DDP, FSDP, ZeRO-3), launched as its own program:
 
     accelerate launch --config_file configs/accelerate/ddp.yaml -m rao_core.train.stage \
-        --run-dir runs/default --round 3 --model runs/default/checkpoints/round-3 \
-        --out runs/default/checkpoints/round-4 [--config run.yaml] [--set train.lr=1e-6 ...]
+        --run-dir runs/default --round 3 --model runs/default/checkpoints/version=3 \
+        --out runs/default/checkpoints/version=4 [--config run.yaml] [--set train.lr=1e-6 ...]
 
 Every rank trains its share; only rank 0 writes the checkpoint, the others wait for it. The campaign
 starts this itself (`launch_round`) when `train.accelerate_config` is set.

@@ -1,6 +1,6 @@
 """What the trainer carries from round to round, beside the checkpoint the engines serve.
 
-A round's checkpoint (`checkpoints/round-v/`) is what engines load: the model in its own dtype
+A round's checkpoint (`checkpoints/version=v/`) is what engines load: the model in its own dtype
 (bf16 for most pretrained models), or, with `train.lora`, a LoRA adapter over version 0. The
 trainer's own state sits in `trainer_state/` inside the latest checkpoint:
 

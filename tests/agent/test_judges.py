@@ -31,7 +31,7 @@ from rao_core.judges import (
 )
 from rao_core.models.tiny import save_checkpoint
 from rao_core.query import run_query
-from rao_core.rollout import rollout_dir, run_trees, tree_rows
+from rao_core.rollout import run_trees, tree_rows
 from rao_core.store.parquet import write_partition
 from rao_core.store.schema import NODE_SCHEMA
 from tests.agent.test_runtime import CHAT, NoteEnv
@@ -314,7 +314,7 @@ def test_judged_children_are_stored_and_queryable(toy):
     spec = TreeSpec("t", 0, JudgedNoteEnv("say ok"))
     runs = asyncio.run(run_trees([spec], CellScript(script), CHAT, cfg, 1.0, judge=judge))
     table = pa.Table.from_pylist(tree_rows(runs[0], cfg, "train"), schema=NODE_SCHEMA)
-    write_partition({"nodes": table}, rollout_dir(cfg, 0))
+    write_partition({"nodes": table}, cfg.layout.rollouts(0))
     _, rows = run_query(
         cfg.run_dir,
         "SELECT goal, success, success_source, judge_verdict, "

@@ -80,7 +80,7 @@ def test_run_gain_reads_the_evaluations(tmp_path):
             cols["depth"].append(0)
             cols["success"].append(float(rng.random() < p))
         cols["difficulty"] = ["hard"] * 30
-        write_partition({"nodes": node_table(cols, round=v)}, tmp_path / "eval" / f"round={v}")
+        write_partition({"nodes": node_table(cols, round=v)}, tmp_path / "eval" / f"version={v}")
         if v == 0:
             assert run_gain(tmp_path) is None  # one version: nothing to compare
     g = run_gain(tmp_path)

@@ -48,7 +48,7 @@ def test_evaluate_round_writes_partition_and_summary(toy):
     cfg = toy("eval.num_tasks=2", "eval.difficulty=easy,medium", "policy.error_rate=0")
     m = evaluate_round(cfg, 0)
     assert m["easy"]["trees"] == 2 and m["medium"]["trees"] == 2
-    assert (cfg.run_dir / "eval" / "round=0" / "summary.json").is_file()
+    assert (cfg.layout.eval(0) / "summary.json").is_file()
     assert evaluate_round(cfg, 0) == m  # idempotent
 
 
@@ -56,7 +56,7 @@ def test_sampled_evaluation_rolls_out_k_trees_per_task(toy):
     """eval.samples k at temperature > 0: k trees of each held-out task, success is their mean."""
     cfg = toy("eval.num_tasks=2", "eval.difficulty=easy", "eval.samples=3", "eval.temperature=1")
     m = evaluate_round(cfg, 0)
-    rows = read_partition(cfg.run_dir / "eval" / "round=0", "nodes").to_pylist()
+    rows = read_partition(cfg.layout.eval(0), "nodes").to_pylist()
     roots = [r for r in rows if r["parent_id"] is None]
     assert m["easy"]["trees"] == 6 and len({r["task_id"] for r in roots}) == 2
     assert sorted(r["sample"] for r in roots) == [0, 0, 1, 1, 2, 2]

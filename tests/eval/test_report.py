@@ -10,8 +10,8 @@ import matplotlib.image
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rao_core import campaign, tracking
-from rao_core.eval.compare import cell_dir, compare_version, grid
+from rao_core import campaign, reporting, tracking
+from rao_core.eval.compare import compare_version, grid
 from rao_core.eval.evaluate import evaluate_round
 from rao_core.eval.report import comparison_markdown, curves_markdown, plot_learning_curves
 from tests.conftest import toy_config
@@ -85,10 +85,10 @@ def test_compare_version_runs_every_cell_once(tmp_path):
             assert c["summary"]["all"]["max_depth"] == 0  # no launch_subagent
     recursive = {c["ctx"]: c["summary"] for c in result["cells"] if c["mode"] == "recursive"}
     assert recursive[8192]["all"]["max_depth"] >= 1  # the expert delegates
-    stamp = os.stat(cell_dir(cfg, 0, "single", 1024) / "nodes.parquet").st_mtime_ns
+    stamp = os.stat(cfg.layout.compare(0, "single", 1024) / "nodes.parquet").st_mtime_ns
     assert compare_version(cfg, 0) == result  # complete cells are read back, not re-run
-    assert os.stat(cell_dir(cfg, 0, "single", 1024) / "nodes.parquet").st_mtime_ns == stamp
-    files = campaign.write_comparison(cfg, result)
+    assert os.stat(cfg.layout.compare(0, "single", 1024) / "nodes.parquet").st_mtime_ns == stamp
+    files = reporting.write_comparison(cfg, result)
     assert "| easy |" in files["table"].read_text() and files["depth_plot"].stat().st_size > 5000
 
 
@@ -112,12 +112,12 @@ def test_campaign_report_logs_both_arms(tmp_path):
     for arm in (cfg, campaign.control_config(cfg)):
         for version in (0, 1):
             evaluate_round(campaign.round_config(arm, version), version)
-    files = campaign.write_campaign_report(cfg)
+    files = reporting.write_campaign_report(cfg)
     text = files["curves"].read_text()
     assert "recursive easy" in text and "single easy" in text and "| v1 |" in text
     assert "| recursive v0 -> v1 | all | 1 |" in text and "| single v0 -> v1 | all | 1 |" in text
     assert "| recursive | 0 | 0 |" in text  # no rollouts yet: nothing spent
-    lines = campaign.gain_lines(cfg)
+    lines = reporting.gain_lines(cfg)
     assert [line.split()[0] for line in lines] == [cfg.run_name, f"{cfg.run_name}-single"]
     client = MlflowClient(tracking.tracking_uri(cfg))
     names = {a.path for a in client.list_artifacts(tracking.campaign_run_id(cfg), "reports")}

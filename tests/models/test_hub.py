@@ -46,7 +46,7 @@ def test_a_cached_hub_id_trains_and_serves(tmp_path, hub):
     campaign.stage_score(cfg, 0)
     metrics = campaign.stage_train(cfg, 0)
     assert metrics["model_path"] == str(hub) and metrics["served_dtype"] == "bfloat16"
-    assert (campaign.checkpoint_dir(cfg, 1) / "trainer_state" / "master" / "config.json").is_file()
+    assert (cfg.layout.checkpoint(1) / "trainer_state" / "master" / "config.json").is_file()
 
 
 def test_vllm_is_given_the_snapshot_folder(tmp_path, hub, monkeypatch):

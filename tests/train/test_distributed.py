@@ -48,7 +48,7 @@ def test_two_processes_give_the_loss_and_weights_of_one(tmp_path, checkpoint, ca
     assert two["grad_norms"] == pytest.approx(one["grad_norms"], rel=1e-5)
     assert two["mean_ratio"] == pytest.approx(one["mean_ratio"], rel=1e-6)
 
-    out = campaign.checkpoint_dir(cfg, 1)
+    out = cfg.layout.checkpoint(1)
     before = load_file(checkpoint / "model.safetensors")
     w1, w2 = load_file(tmp_path / "one" / "model.safetensors"), load_file(out / "model.safetensors")
     assert w1.keys() == w2.keys() == before.keys()
@@ -59,7 +59,7 @@ def test_two_processes_give_the_loss_and_weights_of_one(tmp_path, checkpoint, ca
     # written once, by rank 0, complete, nothing left behind
     assert err.count("wrote checkpoint") == 1 and "rank 0 wrote checkpoint" in err
     assert is_complete(out) and (out / "tokenizer.json").is_file()
-    assert sorted(p.name for p in out.parent.iterdir()) == ["round-1"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["version=1"]
     assert campaign.stage_train(cfg, 0) == two  # complete: returned without a launch
 
 

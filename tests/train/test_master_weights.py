@@ -115,7 +115,7 @@ def test_the_probe_is_that_of_the_served_bf16_weights(tmp_path):
 
 
 def test_a_round_that_changes_no_served_weight_says_so(tmp_path):
-    from rao_core import campaign
+    from rao_core import campaign, reporting
     from rao_core.config import load_config
 
     run, v0 = tmp_path / "runs" / "r", bf16_checkpoint(tmp_path / "v0")
@@ -124,7 +124,7 @@ def test_a_round_that_changes_no_served_weight_says_so(tmp_path):
     still = dataclasses.replace(cfg, train=dataclasses.replace(CFG, lr=0.0))  # lr 0 moves nothing
     metrics = campaign.stage_train(still, 0)
     assert metrics["served_changed"] == 0 and "no served weight changed" in metrics["warning"]
-    line = campaign.train_line(still, 0)
+    line = reporting.train_line(still, 0)
     assert "served weights changed 0.0%" in line and "\nWARNING: round 0: no served weight changed" in line
 
 

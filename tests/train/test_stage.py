@@ -11,8 +11,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rao_core.config import ScoringConfig
+from rao_core.layout import RunLayout
 from rao_core.models.tokenizer import tiny_tokenizer
-from rao_core.scoring import rollouts_dir, score_round
+from rao_core.scoring import score_round
 from rao_core.store.db import connect
 from rao_core.store.parquet import write_partition
 from rao_core.store.schema import NODE_SCHEMA
@@ -67,7 +68,7 @@ def write_round(run_dir, successes: list[float], seed: int = 0, round_: int = 0)
             for c in range(1 + g % 2):
                 rows.append(node(f"t{t}", g, f"0.{c}", "0", s, rng, scripted, round_))
     table = pa.Table.from_pylist(rows, schema=NODE_SCHEMA)
-    write_partition({"nodes": table}, rollouts_dir(run_dir, round_))
+    write_partition({"nodes": table}, RunLayout(run_dir).rollouts(round_))
     score_round(run_dir, round_, ScoringConfig())
 
 

@@ -1,0 +1,221 @@
+"""What a run reports: one line per stage for the flow's log, each round's figures, the held-out
+history, and the campaign's report files (learning curves, gains, delegation, comparisons), also
+logged to MLflow. Read back from the stages' outputs only; nothing here changes a run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rao_core import tracking
+from rao_core.campaign import arms, completed_rounds, control_config
+from rao_core.config import RunConfig
+from rao_core.layout import METRICS, RunLayout
+from rao_core.store.files import write_text
+from rao_core.store.parquet import read_meta
+
+
+# -- one line per stage, for the flow run's log ------------------------------------------------
+def rollout_line(cfg: RunConfig, round_: int) -> str:
+    from rao_core.rollout import load_round, summarize
+
+    s = summarize(load_round(cfg, round_))
+    seconds = read_meta(cfg.layout.rollouts(round_)).get("seconds", 0.0)
+    return (
+        f"{cfg.run_name} round {round_} rollout: {s['trees']} trees, {s['nodes']} nodes, root success "
+        f"{s['root_success']:.3f}, max depth {s['max_depth']}, infrastructure failures "
+        f"{s['infra_failed_trees']} trees ({s['infra_failed_nodes']} nodes), {seconds:.1f} s"
+    )
+
+
+def score_line(cfg: RunConfig, round_: int) -> str:
+    from rao_core.scoring import scores_summary
+
+    s = scores_summary(cfg.run_dir, round_)
+    drops = ", ".join(f"{k} {v}" for k, v in sorted(s["dropped_trees"].items())) or "none"
+    return (
+        f"{cfg.run_name} round {round_} score: {s['trained_nodes']} of {s['nodes']} nodes trained, "
+        f"{s['trees']} trees; dropped trees by reason: {drops}"
+    )
+
+
+def train_line(cfg: RunConfig, round_: int) -> str:
+    m = json.loads((cfg.layout.checkpoint(round_ + 1) / METRICS).read_text())
+    if "skipped" in m:
+        return (
+            f"{cfg.run_name} round {round_} train: skipped ({m['skipped']}), version {round_ + 1} = {round_}"
+        )
+    moved = ""
+    if "served_changed" in m:  # how much of the update reached the weights the engines serve
+        total = f", {m['served_changed_total']:.1%} since v0" if "served_changed_total" in m else ""
+        moved = (
+            f", served weights changed {m['served_changed']:.1%}{total} ({m['served_dtype']}), "
+            f"update/weight RMS {m['update_rms_ratio']:.2e}"
+        )
+    line = (
+        f"{cfg.run_name} round {round_} train: loss {m['loss']:.4f}, {m['tokens']} tokens "
+        f"({m['action_tokens']} action), {m['steps']} steps, mean ratio {m['mean_ratio']:.4f}"
+        f"{moved}, {m['seconds']:.1f} s"
+    )
+    return line + (f"\nWARNING: {m['warning']}" if "warning" in m else "")
+
+
+def eval_line(cfg: RunConfig, version: int, summary: dict[str, Any]) -> str:
+    cells = {d: m for d, m in summary.items() if isinstance(m, dict) and "success" in m}
+    order = [d for d in cells if d != "all"] + ["all"] * ("all" in cells)
+    text = ", ".join(f"{d} {cells[d]['success']:.3f}" for d in order)
+    return (
+        f"{cfg.run_name} v{version} held-out success: {text} ({cells.get('all', {}).get('trees', 0)} trees)"
+    )
+
+
+def gain_lines(cfg: RunConfig) -> list[str]:
+    """Per arm: the held-out gain of the latest version over the warm start, paired by task."""
+    from rao_core.eval import gains
+
+    return [gains.gain_line(a.run_name, g) for a in arms(cfg) if (g := gains.run_gain(a.run_dir))]
+
+
+def config_change_line(cfg: RunConfig, diff: dict[str, tuple[Any, Any]]) -> str:
+    changed = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in diff.items())
+    return f"{cfg.run_name}: settings changed from round {completed_rounds(cfg)}: {changed}"
+
+
+
+
+# -- the figures of a round and of the run -----------------------------------------------------
+def round_report(cfg: RunConfig, round_: int) -> dict[str, Any]:
+    """The figures of round r, read back from its stages' outputs: evaluation of the new policy
+    (success by difficulty and depth, tree shape, tokens), the rollout, rewards and advantages, the
+    training update (loss, tokens/s) and time per stage."""
+    from rao_core.eval.evaluate import summarize_eval
+    from rao_core.rollout import load_round, summarize
+    from rao_core.scoring import scores_summary
+
+    run = cfg.layout
+    rollout_meta = read_meta(run.rollouts(round_))
+    rollout = summarize(load_round(cfg, round_))
+    scores = scores_summary(cfg.run_dir, round_)
+    train_path = run.checkpoint(round_ + 1) / METRICS
+    train = json.loads(train_path.read_text()) if train_path.is_file() else {}
+    evaluation = summarize_eval(run.eval(round_ + 1))
+    return {
+        "eval": evaluation,
+        "rollout": {k: v for k, v in rollout.items() if k != "statuses"},
+        "scores": {
+            **{k: v for k, v in scores.items() if k not in ("round", "dropped_trees")},
+            "dropped_trees": sum(scores.get("dropped_trees", {}).values()),
+        },
+        "train": {k: v for k, v in train.items() if isinstance(v, int | float)},
+        "seconds": {"rollout": rollout_meta.get("seconds", 0.0), "train": train.get("seconds", 0.0)},
+    }
+
+
+def summary_markdown(cfg: RunConfig, round_: int, metrics: dict[str, Any]) -> str:
+    ev = metrics["eval"]
+    lines = [
+        f"# {cfg.run_name}: round {round_} (policy version {round_ + 1})",
+        "",
+        "| difficulty | success | 95% CI | nodes/tree | max depth |",
+        "|---|---|---|---|---|",
+    ]
+    for diff, m in ev.items():
+        if isinstance(m, dict) and "success" in m:
+            lines.append(
+                f"| {diff} | {m['success']:.3f} | {m['success_ci_low']:.2f}-{m['success_ci_high']:.2f} "
+                f"| {m['nodes_per_tree']:.1f} | {m['max_depth']} |"
+            )
+    tr = metrics.get("train", {})
+    lines += [
+        "",
+        f"Loss {tr.get('loss', float('nan')):.4f}, trained samples {tr.get('samples', 0)}, "
+        f"mean root reward {metrics['scores'].get('mean_root_reward') or 0:.3f}.",
+    ]
+    return "\n".join(lines)
+
+
+def campaign_summary(cfg: RunConfig) -> dict[str, Any]:
+    """Held-out success per policy version and difficulty, from every complete evaluation."""
+    return {
+        f"v{v}": {k: m["success"] for k, m in ev.items() if isinstance(m, dict) and "success" in m}
+        for v, ev in eval_history(cfg).items()
+    }
+
+
+def eval_history(cfg: RunConfig) -> dict[int, dict[str, Any]]:
+    """Every complete evaluation summary of the run, by policy version."""
+    return eval_history_of(cfg.run_dir)
+
+
+def eval_history_of(run_dir: Path) -> dict[int, dict[str, Any]]:
+    from rao_core.eval.evaluate import summarize_eval
+
+    run = RunLayout(run_dir)
+    out, v = {}, 0
+    while run.complete(run.eval(v)):
+        out[v] = summarize_eval(run.eval(v))
+        v += 1
+    return out
+
+
+
+# -- report files ------------------------------------------------------------------------------
+def write_campaign_report(cfg: RunConfig) -> dict[str, Path]:
+    """reports/: learning curves of the arm(s) (table and plot), the paired gain, the rollout
+    budget, delegation per version (table and plot) and depth reached against difficulty for the
+    latest version of each arm; logged on the campaign's MLflow run."""
+    from rao_core.eval import gains, report
+
+    runs = {cfg.agent.mode: cfg.run_dir}
+    if cfg.campaign.control_arm:
+        control = control_config(cfg)
+        runs[control.agent.mode] = control.run_dir
+    histories = {arm: h for arm, run_dir in runs.items() if (h := eval_history_of(run_dir))}
+    out = cfg.layout.reports
+    if not histories:
+        return {}
+    gain = {arm: g for arm in histories if (g := gains.run_gain(runs[arm]))}
+    budget = {arm: gains.rollout_budget(runs[arm]) for arm in histories}
+    delegation = {arm: gains.delegation_by_round(runs[arm]) for arm in histories}
+    text = "## Held-out success per version (95% Wilson intervals)\n\n" + report.curves_markdown(histories)
+    if gain:
+        text += "\n## Gain over the warm start, paired by task\n\n" + report.gain_markdown(gain)
+    text += "\n## What the rollouts spent\n\n" + report.budget_markdown(budget)
+    text += "\n## Delegation per policy version\n\n" + report.delegation_markdown(histories, delegation)
+    files = {
+        "curves": write_text(out / "learning_curves.md", text),
+        "curves_plot": report.plot_learning_curves(histories, out / "learning_curves.png"),
+        "delegation_plot": report.plot_delegation(histories, delegation, out / "delegation.png"),
+        "depth_plot": report.plot_depth_by_difficulty(
+            {f"{arm} v{max(h)}": h[max(h)] for arm, h in histories.items()}, out / "depth_by_difficulty.png"
+        ),
+    }
+    parent = tracking.campaign_run_id(cfg)
+    for path in files.values():
+        tracking.log_artifacts(cfg, parent, path, "reports")
+    for arm, g in gain.items():  # gain/<arm>/<difficulty>, its interval, at step = latest version
+        metrics = {f"gain/{arm}/{d}{k}": m[key] for d, m in g["by"].items()
+                   for k, key in (("", "gain"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high"))}  # fmt: skip
+        tracking.log_metrics(cfg, parent, metrics, step=g["last"])
+    return files
+
+
+def write_comparison(cfg: RunConfig, result: dict[str, Any]) -> dict[str, Path]:
+    """reports/compare-v<V>.md and its depth plot, from rao_core.eval.compare; logged to MLflow."""
+    from rao_core.eval import report
+
+    v, out = result["version"], cfg.layout.reports
+    title = f"{cfg.run_name}: policy version {v}, single against recursive"
+    files = {
+        "table": write_text(out / f"compare-v{v}.md", report.comparison_markdown(result, title)),
+        "depth_plot": report.plot_depth_by_difficulty(
+            {f"{c['mode']} @{c['ctx']}": c["summary"] for c in result["cells"]},
+            out / f"compare-v{v}-depth.png",
+        ),
+    }
+    parent = tracking.campaign_run_id(cfg)
+    for path in files.values():
+        tracking.log_artifacts(cfg, parent, path, "reports")
+    return files
