@@ -37,24 +37,24 @@ time .venv/bin/rao train "${GPU[@]}" --set run_name=lora --set policy.model=smal
 import json, sys
 from pathlib import Path
 out = Path(sys.argv[1])
-m = lambda run, v: json.loads((out / run / f"checkpoints/round-{v}/metrics.json").read_text())
+m = lambda run, v: json.loads((out / run / f"checkpoints/version={v}/metrics.json").read_text())
 b1, b2, l1, l2 = m("bf16", 1), m("bf16", 2), m("lora", 1), m("lora", 2)
 assert b2["device"].startswith("cuda") and b2["served_dtype"] == "bfloat16", b2["device"]
 print(f"bf16: served weights changed since v0 {b1['served_changed_total']:.2%} -> {b2['served_changed_total']:.2%}, "
       f"update/weight RMS {b2['update_rms_ratio']:.2e}, peak GPU {b2['peak_gpu_mib']:.0f} MiB")
 assert b2["served_changed_total"] > b1["served_changed_total"], "updates do not accumulate"
-assert (out / "bf16/checkpoints/round-2/trainer_state/master/config.json").is_file()
+assert (out / "bf16/checkpoints/version=2/trainer_state/master/config.json").is_file()
 log = (out / "bf16/logs/vllm.log").read_text()
 assert log.count("Starting vLLM server") == 1, "the server restarted instead of sleeping and reloading"
 total = b2["gpu_total_gib"]
 print(f"free GPU memory when the trainer started: {b2['gpu_free_gib_at_start']:.1f} of {total:.1f} GiB")
 assert b2["gpu_free_gib_at_start"] > (1 - 0.3) * total + 0.15 * total, "vLLM kept its share while training"
-assert (out / "lora/checkpoints/round-2/adapter_config.json").is_file() and l2["resumed_optimizer"]
+assert (out / "lora/checkpoints/version=2/adapter_config.json").is_file() and l2["resumed_optimizer"]
 print(f"lora: |sampler - trainer| log-prob mean {l2['logprob_diff_mean']:.2e} p99 {l2['logprob_diff_p99']:.2e}, "
       f"peak GPU {l2['peak_gpu_mib']:.0f} MiB (full fine-tuning of the same model: {b2['peak_gpu_mib']:.0f} MiB)")
 assert l2["logprob_diff_mean"] < 1e-3, l2["logprob_diff_mean"]
 lora_log = (out / "lora/logs/vllm.log").read_text()
 assert lora_log.count("Starting vLLM server") == 1 and "Loaded new LoRA adapter" in lora_log
-print("eval v2:", json.loads((out / "bf16/eval/round=2/summary.json").read_text())["all"]["success"])
+print("eval v2:", json.loads((out / "bf16/eval/version=2/summary.json").read_text())["all"]["success"])
 PY
 echo "GPU check passed"

@@ -5,9 +5,12 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import importlib.util
+import os
 import sys
 import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,3 +45,46 @@ def test_every_third_party_import_is_declared():
     third_party = {m for m in imported if m not in sys.stdlib_module_names} - {"rao_core", "flows", "tasks"}
     missing = {m for m in third_party if aliases.get(m, m).lower() not in names} - optional
     assert missing == set()
+
+
+@pytest.mark.slow
+def test_the_wheel_installed_elsewhere_rolls_out_and_scores(tmp_path):
+    """Build the wheel, install it (not editable) into a fresh environment that borrows only the
+    dependencies of this one, and run `rao rollout` and `rao score` from a folder with no
+    checkout: the code and the SQL queries come from the installed package."""
+    import subprocess
+    import sysconfig
+
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q", "-w", str(dist)],
+        check=True, capture_output=True, cwd=tmp_path,
+    )  # fmt: skip
+    (wheel,) = dist.glob("rao-*.whl")
+    env_dir = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
+    python = env_dir / "bin" / "python"
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    # the dependencies, as a plain path: this environment's own .pth files (the editable rao) are not read
+    Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)],
+                   check=True, capture_output=True)  # fmt: skip
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    where = subprocess.run([python, "-c", "import rao_core.store.sqlfiles as s; print(s.__file__, s.SQL_DIR)"],
+                           capture_output=True, text=True, cwd=work, check=True).stdout.split()  # fmt: skip
+    assert all(Path(p).is_relative_to(site) for p in where), where
+    toy = ["--set", "runs_dir=runs", "--set", "suite=textcraft", "--set", "policy.kind=scripted",
+           "--set", "world.domains=2", "--set", "world.max_tier=5", "--set", "world.items_per_tier=5",
+           "--set", "world.cross_domain_items=0", "--set", "rollout.difficulty=easy",
+           "--set", "rollout.num_tasks=2", "--set", "rollout.group_size=2"]  # fmt: skip
+    rao = env_dir / "bin" / "rao"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    for command in ("rollout", "score"):
+        out = subprocess.run([rao, command, *toy], capture_output=True, text=True, cwd=work, env=env)
+        assert out.returncode == 0, out.stderr[-2000:]
+    assert (work / "runs" / "default" / "scores" / "round=0" / "scores.parquet").is_file()

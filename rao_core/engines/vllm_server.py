@@ -29,6 +29,7 @@ import atexit
 import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -186,7 +187,7 @@ class VLLMServer:
         """Hot-load `adapter` under a name of its own and unload the previous one (None: the base)."""
         old, self.served_name = self.served_name, SERVED_NAME
         if adapter is not None:
-            name = f"{SERVED_NAME}-{adapter.parent.name}-{adapter.name}"
+            name = re.sub(r"[^\w-]", "", f"{SERVED_NAME}-{adapter.parent.parent.name}-{adapter.name}")
             t0 = time.perf_counter()
             if name != old:
                 self._post("/v1/load_lora_adapter", timeout=300.0, lora_name=name, lora_path=str(adapter))

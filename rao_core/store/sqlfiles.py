@@ -1,4 +1,4 @@
-"""The `.sql` files under the repository's `sql/` folder, run with named parameters.
+"""The `.sql` files of `sql/` (shipped as `rao_core/sql`), run with named parameters.
 
 The RL math lives in those files so it can be read, diffed and queried on its own; Python only
 binds values. Values always travel as DuckDB parameters (`$name`), never pasted into SQL text.
@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 
-SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
+SQL_DIR = Path(__file__).resolve().parents[1] / "sql"  # a link to the repository's sql/ in a checkout
 
 _PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 _COMMENT = re.compile(r"--[^\n]*")

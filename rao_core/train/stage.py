@@ -8,7 +8,7 @@ finds `out_path` finds a complete checkpoint. Idempotent: a finished `out_path` 
 Data-parallel on several processes (DDP, FSDP, ZeRO-3), launched as its own program:
 
     accelerate launch --config_file configs/accelerate/ddp.yaml -m rao_core.train.stage \
-        --run-dir runs/default --round 3 --model runs/default/checkpoints/version=3 \
+        --run runs/default --round 3 --model runs/default/checkpoints/version=3 \
         --out runs/default/checkpoints/version=4 [--config run.yaml] [--set train.lr=1e-6 ...]
 
 Every rank trains its share; only rank 0 writes the checkpoint, the others wait for it. The campaign
@@ -311,7 +311,7 @@ def launch_round(
     with tempfile.TemporaryDirectory(prefix="rao-launch-") as tmp:
         conf = Path(tmp) / "run.yaml"
         conf.write_text(yaml.safe_dump({"train": {**dataclasses.asdict(cfg), "accelerate_config": ""}}))
-        cmd += ["-m", "rao_core.train.stage", "--run-dir", str(run_dir), "--round", str(round)]
+        cmd += ["-m", "rao_core.train.stage", "--run", str(run_dir), "--round", str(round)]
         cmd += ["--model", str(model_path), "--out", str(out_path), "--config", str(conf)]
         cmd += ["--origin", str(origin)] if origin else []
         cmd += ["--tokenizer", str(tokenizer)] if tokenizer else []
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> None:
     from rao_core.config import load_config
 
     p = argparse.ArgumentParser(prog="python -m rao_core.train.stage", description=__doc__.split("\n")[0])
-    p.add_argument("--run-dir", required=True, type=Path, help="the run folder (rollouts and scores)")
+    p.add_argument("--run", required=True, type=Path, help="the run folder (rollouts and scores)")
     p.add_argument("--round", required=True, type=int, help="the scored round to train on")
     p.add_argument("--model", required=True, type=Path, help="checkpoint of policy version `round`")
     p.add_argument("--out", required=True, type=Path, help="where policy version round+1 is written")
@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     cfg = load_config(a.config, a.set).train
-    metrics = train_round(a.run_dir, a.round, a.model, a.out, cfg, a.origin, a.tokenizer)
+    metrics = train_round(a.run, a.round, a.model, a.out, cfg, a.origin, a.tokenizer)
     if world()[0] == 0:
         print(json.dumps({k: v for k, v in metrics.items() if k != "config"}, default=str))
 
