@@ -52,12 +52,18 @@ def test_the_wheel_installed_elsewhere_rolls_out_and_scores(tmp_path):
     """Build the wheel, install it (not editable) into a fresh environment that borrows only the
     dependencies of this one, and run `rao rollout` and `rao score` from a folder with no
     checkout: the code and the SQL queries come from the installed package."""
+    import shutil
     import subprocess
     import sysconfig
 
-    dist = tmp_path / "dist"
+    src, dist = tmp_path / "src", tmp_path / "dist"  # built from a copy: the build leaves build/ behind
+    src.mkdir()
+    for name in ("rao_core", "flows", "tasks", "sql"):
+        shutil.copytree(ROOT / name, src / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q", "-w", str(dist)],
+        [sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation", "-q", "-w", str(dist)],
         check=True, capture_output=True, cwd=tmp_path,
     )  # fmt: skip
     (wheel,) = dist.glob("rao-*.whl")

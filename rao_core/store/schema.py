@@ -96,7 +96,3 @@ SCORE_FIELDS: list[tuple[str, pa.DataType, str]] = [
 ]
 
 SCORES_SCHEMA = pa.schema([pa.field(n, t, metadata={"doc": d}) for n, t, d in SCORE_FIELDS])
-
-
-def empty_node_table() -> pa.Table:
-    return NODE_SCHEMA.empty_table()
