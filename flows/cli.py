@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from rao_core.config import ConfigError, load_config, to_dict
+from rao_core.runlock import RunBusy
 
 
 def _config_args(p: argparse.ArgumentParser, check: bool = False) -> None:
@@ -106,6 +107,8 @@ def _checked(args: argparse.Namespace):
     else:
         resume.check_resume(cfg)
     plan = memory.check(cfg)  # refuses a plan that cannot fit, with the numbers
+    if not args.check:
+        _free(cfg)
     if args.check:
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
         if plan:
@@ -116,11 +119,21 @@ def _checked(args: argparse.Namespace):
 
 def _ready_for_a_flow(args: argparse.Namespace):
     """The checked configuration, with Prefect's environment set; None after --check (done)."""
-    cfg = _checked(args)  # fail on bad input before Prefect starts
+    cfg = _checked(args)  # fail on bad input, or a run another process writes, before Prefect starts
     if args.check:
         return None
     _prefect_env()
     return cfg
+
+
+def _free(cfg) -> None:
+    """One writer per run folder: refuse in one line while another process writes this one."""
+    from rao_core import runlock
+
+    if (other := runlock.holder(cfg.run_dir)) is not None:
+        raise runlock.RunBusy(
+            f"{cfg.run_dir} is being written by {runlock.describe(other)}; wait for it to end"
+        )
 
 
 def _branch(args: argparse.Namespace, cfg):
@@ -207,12 +220,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from rao_core import campaign
+    from rao_core import campaign, runlock
 
     cfg = load_config(args.config, args.overrides)
     if not cfg.run_dir.is_dir():
         print(f"error: no run at {cfg.run_dir}", file=sys.stderr)
         return 2
+    cfg.layout.migrate()
+    if (writer := runlock.holder(cfg.run_dir)) is not None:
+        print(f"in progress: {runlock.describe(writer)}")
     table = Table(title=f"{cfg.run_dir}: {campaign.completed_rounds(cfg)} rounds complete")
     rows = campaign.status(cfg)
     for col in rows[0]:
@@ -225,14 +241,16 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
+    from rao_core import runlock
     from rao_core.campaign import prepare
     from rao_core.rollout import load_round, rollout_round, summarize
 
     cfg = _checked(args)
     if args.check:
         return 0
-    prepare(cfg)
-    path = rollout_round(cfg, progress=not args.no_progress)
+    with runlock.writing(cfg.run_dir, "rao rollout"):
+        prepare(cfg)
+        path = rollout_round(cfg, progress=not args.no_progress)
     _print_summary(summarize(load_round(cfg, cfg.rollout.round)), str(path))
     return 0
 
@@ -240,20 +258,24 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 def cmd_score(args: argparse.Namespace) -> int:
     import json
 
+    from rao_core import runlock
     from rao_core.scoring import score_round, scores_summary
 
     cfg = load_config(args.config, args.overrides)
-    path = score_round(cfg.run_dir, cfg.rollout.round, cfg.scoring)
+    with runlock.writing(cfg.run_dir, "rao score"):
+        path = score_round(cfg.run_dir, cfg.rollout.round, cfg.scoring)
     print(f"scores -> {path}")
     print(json.dumps(scores_summary(cfg.run_dir, cfg.rollout.round), indent=2, default=str))
     return 0
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
+    from rao_core import runlock
     from rao_core.envs.suites import open_suite
 
     cfg = load_config(args.config, args.overrides)
-    print(open_suite(cfg).dir)
+    with runlock.writing(cfg.run_dir, "rao synth"):
+        print(open_suite(cfg).dir)
     return 0
 
 
@@ -402,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"config error: {e}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, FileExistsError, ValueError) as e:
+    except (FileNotFoundError, FileExistsError, ValueError, RunBusy) as e:
         if os.environ.get("RAO_DEBUG"):
             raise
         print(f"error: {e}", file=sys.stderr)

@@ -14,8 +14,9 @@ def deployments(config: str | None, overrides: list[str], interval_minutes: floa
     params = {"config": config, "overrides": overrides}
     every = timedelta(minutes=interval_minutes) if interval_minutes else None
     return [
-        train_flow.to_deployment(name="train", parameters=params),
-        round_flow.to_deployment(name="next-round", parameters=params, interval=every),
+        train_flow.to_deployment(name="train", parameters=params, concurrency_limit=1),
+        # one round at a time: a scheduled round that outlasts the interval makes the next one wait
+        round_flow.to_deployment(name="next-round", parameters=params, interval=every, concurrency_limit=1),
         evaluate_flow.to_deployment(name="evaluate", parameters=params),
         evaluate_flow.to_deployment(name="compare", parameters={**params, "compare": True}),
         rollout_flow.to_deployment(name="rollout", parameters=params),

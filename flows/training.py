@@ -7,13 +7,14 @@ deployments can be triggered from the Prefect UI with the same inputs as the `ra
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 
 from prefect import flow, unmapped
 from prefect.task_runners import TaskRunner
 
-from rao_core import campaign, reporting, tracking
+from rao_core import campaign, reporting, runlock, tracking
 from rao_core.config import RunConfig, load_config
 from rao_core.engines.vllm_server import servers_stopped_after
 from rao_core.store.parquet import is_complete
@@ -22,6 +23,15 @@ from tasks import stages
 
 def _config(config: str | None, overrides: list[str] | None) -> RunConfig:
     return load_config(config, overrides or [])
+
+
+@contextlib.contextmanager
+def writing(cfgs: list[RunConfig], command: str):
+    """One writer per run folder (rao_core/runlock.py): every arm's folder, for the flow's life."""
+    with contextlib.ExitStack() as stack:
+        for cfg in cfgs:
+            stack.enter_context(runlock.writing(cfg.run_dir, command))
+        yield
 
 
 # Ray re-runs a shard whose worker process (or node) was lost this many times.
@@ -75,8 +85,15 @@ def train_flow(config: str | None = None, overrides: list[str] | None = None) ->
     single-agent control arm too, with `campaign.control_arm`)."""
     cfg = _config(config, overrides)
     arms = campaign.arms(cfg)
-    for arm in arms:
-        stages.synthesize(arm)
+    with writing(arms, "rao train"):
+        for arm in arms:
+            stages.synthesize(arm)
+        _rounds(cfg, arms)
+    return reporting.campaign_summary(cfg)
+
+
+def _rounds(cfg: RunConfig, arms: list[RunConfig]) -> None:
+    """Warm start and v0 of every arm, then the rounds, the arms interleaved."""
     # MLflow: RUNNING, then FINISHED / FAILED / KILLED; a vLLM server lives as long as the campaign
     with tracking.campaign_status(arms), servers_stopped_after():
         for arm in arms:
@@ -86,7 +103,6 @@ def train_flow(config: str | None = None, overrides: list[str] | None = None) ->
             for arm in arms:  # interleaved, so both learning curves grow side by side
                 run_round(arm, r)
             stages.campaign_report(cfg)
-    return reporting.campaign_summary(cfg)
 
 
 @flow(name="rao-round", log_prints=True)
@@ -95,13 +111,14 @@ def round_flow(config: str | None = None, overrides: list[str] | None = None) ->
     cfg = _config(config, overrides)
     arms = campaign.arms(cfg)
     metrics = []
-    for arm in arms:
-        stages.synthesize(arm)
-    with tracking.campaign_status(arms), servers_stopped_after():
+    with writing(arms, "rao round"):
         for arm in arms:
-            stages.warm_start(arm)
-            metrics.append(run_round(arm, campaign.completed_rounds(arm)))
-        stages.campaign_report(cfg)
+            stages.synthesize(arm)
+        with tracking.campaign_status(arms), servers_stopped_after():
+            for arm in arms:
+                stages.warm_start(arm)
+                metrics.append(run_round(arm, campaign.completed_rounds(arm)))
+            stages.campaign_report(cfg)
     return metrics[0]
 
 
@@ -110,14 +127,16 @@ def rollout_flow(config: str | None = None, overrides: list[str] | None = None) 
     """One round's rollout (round `rollout.round`, with that round's policy checkpoint), on Ray
     with `rollout.runner=ray`: the scale-out path without training."""
     cfg = _config(config, overrides)
-    stages.synthesize(cfg)
-    with servers_stopped_after():
+    with writing([cfg], "rao rollout"), servers_stopped_after():
+        stages.synthesize(cfg)
         return rollout(cfg, cfg.rollout.round)
 
 
 @flow(name="rao-synthesize")
 def synthesize_flow(config: str | None = None, overrides: list[str] | None = None) -> str:
-    return stages.synthesize(_config(config, overrides))
+    cfg = _config(config, overrides)
+    with writing([cfg], "rao synth"):
+        return stages.synthesize(cfg)
 
 
 @flow(name="rao-evaluate", log_prints=True)
@@ -127,10 +146,10 @@ def evaluate_flow(
     """Evaluate a policy version (default: the latest) on held-out tasks; with `compare`, in
     single and recursive mode at every context limit of eval.modes x eval.context_limits."""
     cfg = _config(config, overrides)
-    stages.synthesize(cfg)
-    stages.warm_start(cfg)
-    version = campaign.completed_rounds(cfg) if version < 0 else version
-    with servers_stopped_after():
+    with writing([cfg], "rao eval"), servers_stopped_after():
+        stages.synthesize(cfg)
+        stages.warm_start(cfg)
+        version = campaign.completed_rounds(cfg) if version < 0 else version
         if compare:
             return stages.compare(cfg, version)
         return stages.evaluate(cfg, version)

@@ -20,6 +20,7 @@ from rao_core import tracking
 from rao_core.config import RunConfig
 from rao_core.engines.vllm_server import make_room_for_training
 from rao_core.models.paths import initial_model as _initial_model
+from rao_core.runlock import note_stage
 
 
 def round_config(cfg: RunConfig, round_: int) -> RunConfig:
@@ -70,6 +71,7 @@ def stage_warm_start(cfg: RunConfig, progress: bool = False) -> Path:
     """Version 0 exists after this: shipped, given, or trained here once with `warmstart.*`
     (the stage's folder is <run>/checkpoints/warmstart/, its checkpoint the `model` folder in it)."""
     path = initial_model(cfg)
+    note_stage(cfg.run_dir, "warm start")
     if cfg.policy.model == "warmstart" and not cfg.layout.warmstart_complete():
         from rao_core.train.warmstart import warm_start
 
@@ -80,12 +82,14 @@ def stage_warm_start(cfg: RunConfig, progress: bool = False) -> Path:
 def stage_rollout(cfg: RunConfig, round_: int, progress: bool = False) -> Path:
     from rao_core.rollout import rollout_round
 
+    note_stage(cfg.run_dir, f"rollout of round {round_}")
     return rollout_round(round_config(cfg, round_), progress, model_path(cfg, round_))
 
 
 def stage_score(cfg: RunConfig, round_: int) -> Path:
     from rao_core.scoring import score_round
 
+    note_stage(cfg.run_dir, f"scoring of round {round_}")
     return score_round(cfg.run_dir, round_, cfg.scoring)
 
 
@@ -100,6 +104,7 @@ def stage_train(cfg: RunConfig, round_: int) -> dict[str, Any]:
     """In the flow's process, or as `accelerate launch` on N processes when train.accelerate_config is set."""
     from rao_core.train.stage import launch_round, train_round
 
+    note_stage(cfg.run_dir, f"training of round {round_}")
     paths = (cfg.run_dir, round_, model_path(cfg, round_), cfg.layout.checkpoint(round_ + 1))
     train = dataclasses.replace(cfg.train, lr=round_lr(cfg, round_))
     tokenizer = None if cfg.policy.tokenizer == "auto" else cfg.policy.tokenizer
@@ -112,6 +117,7 @@ def stage_train(cfg: RunConfig, round_: int) -> dict[str, Any]:
 def stage_evaluate(cfg: RunConfig, version: int, progress: bool = False) -> dict[str, Any]:
     from rao_core.eval.evaluate import evaluate_round
 
+    note_stage(cfg.run_dir, f"evaluation of version {version}")
     return evaluate_round(round_config(cfg, version), version, model_path(cfg, version), progress)
 
 
@@ -151,5 +157,3 @@ def prepare(cfg: RunConfig) -> dict[str, Any]:
         changes = json.dumps({k: list(v) for k, v in diff.items()}, default=str)
         tracking.set_tag(cfg, tracking.campaign_run_id(cfg), f"config_change.round_{first}", changes)
     return diff
-
-

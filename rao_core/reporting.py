@@ -83,8 +83,6 @@ def config_change_line(cfg: RunConfig, diff: dict[str, tuple[Any, Any]]) -> str:
     return f"{cfg.run_name}: settings changed from round {completed_rounds(cfg)}: {changed}"
 
 
-
-
 # -- the figures of a round and of the run -----------------------------------------------------
 def round_report(cfg: RunConfig, round_: int) -> dict[str, Any]:
     """The figures of round r, read back from its stages' outputs: evaluation of the new policy
@@ -158,7 +156,6 @@ def eval_history_of(run_dir: Path) -> dict[int, dict[str, Any]]:
         out[v] = summarize_eval(run.eval(v))
         v += 1
     return out
-
 
 
 # -- report files ------------------------------------------------------------------------------

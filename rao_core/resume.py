@@ -175,7 +175,9 @@ def branch_parts(source: RunConfig, cfg: RunConfig, from_round: int, diff: dict 
     for r in range(from_round):
         for part in (run.rollouts(r), run.scores(r)):
             if not run.complete(part):
-                raise ConfigError(f"--from-round: {from_round}: round {r} of {src} is not complete ({part.name})")
+                raise ConfigError(
+                    f"--from-round: {from_round}: round {r} of {src} is not complete ({part.name})"
+                )
         if not run.checkpoint_complete(r + 1):
             raise ConfigError(
                 f"--from-round: {from_round}: round {r} of {src} is not complete ({run.checkpoint(r + 1).name})"

@@ -25,7 +25,9 @@ from rao_core.store.parquet import read_partition
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--run", required=True, help="run folder of a finished or running campaign, e.g. runs/default")
+    p.add_argument(
+        "--run", required=True, help="run folder of a finished or running campaign, e.g. runs/default"
+    )
     p.add_argument("--versions", type=int, nargs="+", default=[0], help="policy versions (0 = start)")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--samples", type=int, default=4, help="trees per held-out task")

@@ -287,6 +287,7 @@ def test_serve_registers_every_flow_with_the_run_parameters():
     assert deps["compare"].parameters["compare"] is True
     assert [s.schedule.interval.total_seconds() for s in deps["next-round"].schedules] == [1800.0]
     assert not deps["train"].schedules
+    assert deps["next-round"].concurrency_limit == deps["train"].concurrency_limit == 1  # one round at a time
 
 
 def test_campaign_status_in_mlflow(tmp_path):

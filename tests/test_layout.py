@@ -14,7 +14,10 @@ def test_every_stage_output_has_one_name(tmp_path):
         "rollouts/round=2", "scores/round=2", "checkpoints/version=3", "eval/version=3",
         "viewer/round=2", "logged/round=2.json",
     ]  # fmt: skip
-    assert run.compare(3, "single", 1024).relative_to(run.root).as_posix() == "compare/version=3/mode=single/ctx=1024"
+    assert (
+        run.compare(3, "single", 1024).relative_to(run.root).as_posix()
+        == "compare/version=3/mode=single/ctx=1024"
+    )
 
 
 def test_a_run_folder_of_the_old_naming_is_migrated_and_resumes(toy):
