@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from rao_core.agent.prompts import ChatFraming
-from rao_core.agent.sandbox import shutdown_sandboxes
-from rao_core.agent.tree import TreeRun, TreeSpec
+from rao_core.agent.runner import run_trees
+from rao_core.agent.tree import TreeSpec
 from rao_core.config import AgentConfig, DeepDiveConfig, SandboxConfig
 from rao_core.envs.deepdive import HOPS, env_from_task, load_tasks, open_world, synthesize
 from rao_core.envs.deepdive.expert import DeepDiveExpert
@@ -34,22 +34,9 @@ def tree_seconds(world, task, mode: str, latency: float) -> tuple[float, list]:
         reply_format="thought_python", tree_timeout_s=600,
     )  # fmt: skip
     policy = DeepDiveExpert(world.graph, latency_s=latency)
-    tree = TreeRun(
-        TreeSpec(task.task_id, 0, env_from_task(world, task)),
-        policy,
-        ChatFraming(tiny_tokenizer()),
-        cfg,
-        SandboxConfig(),
-    )
-
-    async def run() -> None:
-        try:
-            await tree.run()
-        finally:
-            await shutdown_sandboxes()
-
+    spec = TreeSpec(task.task_id, 0, env_from_task(world, task))
     start = time.perf_counter()
-    asyncio.run(run())
+    (tree,) = asyncio.run(run_trees([spec], policy, ChatFraming(tiny_tokenizer()), cfg, SandboxConfig()))
     return time.perf_counter() - start, tree.records
 
 

@@ -29,7 +29,8 @@ from transformers.utils import logging as hf_logging
 
 from rao_core.agent.policy import Generation, GenerationRequest, Policy
 from rao_core.agent.prompts import ChatFraming
-from rao_core.agent.tree import TreeRun, TreeSpec
+from rao_core.agent.runner import run_trees
+from rao_core.agent.tree import TreeSpec
 from rao_core.config import AgentConfig, SandboxConfig, TaskConfig, WorldConfig
 from rao_core.engines.hf import HFEngine
 from rao_core.envs.textcraft import env_from_task, generate_world, make_tasks
@@ -57,25 +58,20 @@ class Recorder(Policy):
             self.seconds += self.last - start
 
 
-def run_trees(model, tok, n_trees: int, turns: int, new: int, concurrent: bool, engine=None, **engine_kw):
+def bench_trees(model, tok, n_trees: int, turns: int, new: int, concurrent: bool, engine=None, **engine_kw):
     """Real TextCraft trees with the engine as policy: all at once, or one tree after another."""
     world = generate_world(WorldConfig())
     tasks = [t for t in make_tasks(world, TaskConfig()) if t.difficulty == "medium"]
     cfg = AgentConfig(max_steps=turns, max_new_tokens=new, max_context_tokens=4096, tree_timeout_s=900)
     engine = engine or HFEngine(model, tok, **engine_kw)
     policy, chat = Recorder(engine), ChatFraming(tok)
-    trees = [
-        TreeRun(TreeSpec(t.task_id, 0, env_from_task(world, t)), policy, chat, cfg, SandboxConfig(), 1.0)
-        for t in tasks[:n_trees]
-    ]
+    specs = [TreeSpec(t.task_id, 0, env_from_task(world, t)) for t in tasks[:n_trees]]
 
     async def go() -> float:
         start = time.perf_counter()
-        if concurrent:
-            await asyncio.gather(*[t.run() for t in trees])
-        else:
-            for t in trees:
-                await t.run()
+        await run_trees(
+            specs, policy, chat, cfg, SandboxConfig(), 1.0, concurrency=len(specs) if concurrent else 1
+        )
         seconds = time.perf_counter() - start
         await engine.close()
         return seconds
@@ -126,7 +122,7 @@ def main() -> None:
         f"prefix cache {args.prefix_cache_tokens} tokens, load average {os.getloadavg()[0]:.1f}"
     )
 
-    seconds, rec, engine = run_trees(model, tok, args.trees, args.turns, args.new, True, **kw)
+    seconds, rec, engine = bench_trees(model, tok, args.trees, args.turns, args.new, True, **kw)
     st, sizes = engine.stats, engine.stats.batch_sizes
     prompt_lens = [len(r.prompt_ids) for r in rec.requests]
     busy = rec.last - rec.first
@@ -143,7 +139,7 @@ def main() -> None:
         f"max {max(sizes)}; {st.prefill_seconds:.1f}s prefill, {st.decode_seconds:.1f}s decode"
     )
 
-    _, rec_b, engine_b = run_trees(model, tok, args.serial, args.turns, args.new, False, **kw)
+    _, rec_b, engine_b = bench_trees(model, tok, args.serial, args.turns, args.new, False, **kw)
     b = engine_b.stats.tokens_generated / rec_b.seconds
     print(
         f"(b) one at a time: {args.serial} trees in turn, {engine_b.stats.tokens_generated} tokens in "
@@ -170,34 +166,29 @@ def vllm_run(model, tok, args) -> float:
     import tempfile
     from pathlib import Path
 
-    from rao_core.config import PolicyConfig
+    from rao_core.config import VLLMPolicy
+    from rao_core.engines.scope import engine_scope
     from rao_core.engines.vllm import VLLMEngine
-    from rao_core.engines.vllm_server import stop_all
     from rao_core.models.tiny import build_tiny_model, save_checkpoint
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, engine_scope(Path(tmp)):
         save_checkpoint(model, tok, Path(tmp) / "model")
         t0 = time.perf_counter()
-        engine = VLLMEngine.serving(
-            PolicyConfig(kind="vllm"), Path(tmp) / "model", tok, 4096, Path(tmp) / "vllm.log"
-        )
+        engine = VLLMEngine.serving(VLLMPolicy(), Path(tmp) / "model", tok, 4096)
         server = engine.server
         print(
             f"vllm server healthy and verified after {time.perf_counter() - t0:.1f}s "
             f"(probe max |served - checkpoint| log-prob {server.probe_diff:.1e})"
         )
-        try:
-            seconds, rec, _ = run_trees(model, tok, args.trees, args.turns, args.new, True, engine=engine)
-            save_checkpoint(build_tiny_model(tok, seed=1), tok, Path(tmp) / "next")  # new weights
-            t0 = time.perf_counter()
-            server.ensure(Path(tmp) / "next")
-            load = server.reloads[-1]
-            print(
-                f"new weights into the running server: reload {load['seconds']:.3f}s, with the probe check "
-                f"{time.perf_counter() - t0:.2f}s (probe max |diff| {load['probe_max_diff']:.1e})"
-            )
-        finally:
-            stop_all()
+        seconds, rec, _ = bench_trees(model, tok, args.trees, args.turns, args.new, True, engine=engine)
+        save_checkpoint(build_tiny_model(tok, seed=1), tok, Path(tmp) / "next")  # new weights
+        t0 = time.perf_counter()
+        server.ensure(Path(tmp) / "next")
+        load = server.reloads[-1]
+        print(
+            f"new weights into the running server: reload {load['seconds']:.3f}s, with the probe check "
+            f"{time.perf_counter() - t0:.2f}s (probe max |diff| {load['probe_max_diff']:.1e})"
+        )
     generated = rec.tokens
     busy = rec.last - rec.first
     print(

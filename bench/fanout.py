@@ -17,7 +17,8 @@ import asyncio
 import time
 
 from rao_core.agent.prompts import ChatFraming
-from rao_core.agent.tree import TreeRun, TreeSpec
+from rao_core.agent.runner import run_trees
+from rao_core.agent.tree import TreeSpec
 from rao_core.config import AgentConfig, RunConfig, SandboxConfig, WorldConfig
 from rao_core.envs.textcraft import (
     DOMAINS,
@@ -63,9 +64,10 @@ def fan_out_seconds(world, target: str, parallel: bool, latency: float) -> tuple
     cfg = AgentConfig(
         max_depth=1, max_steps=40, tree_timeout_s=600, reply_format="thought_python", max_context_tokens=8192
     )
-    tree = TreeRun(TreeSpec("bench", 0, env), policy, ChatFraming(tiny_tokenizer()), cfg, SandboxConfig())
     start = time.perf_counter()
-    asyncio.run(tree.run())
+    (tree,) = asyncio.run(
+        run_trees([TreeSpec("bench", 0, env)], policy, ChatFraming(tiny_tokenizer()), cfg, SandboxConfig())
+    )
     return time.perf_counter() - start, tree.records
 
 

@@ -18,7 +18,8 @@ import asyncio
 import time
 
 from rao_core.agent.prompts import ChatFraming
-from rao_core.agent.tree import TreeRun, TreeSpec
+from rao_core.agent.runner import run_trees
+from rao_core.agent.tree import TreeSpec
 from rao_core.config import AgentConfig, OolongConfig, SandboxConfig
 from rao_core.envs.oolong import env_from_task, make_tasks
 from rao_core.envs.oolong.expert import OolongExpert
@@ -32,9 +33,8 @@ def run_tree(task, mode: str, latency: float, chunk_chars: int) -> tuple[float, 
     )  # fmt: skip
     policy = OolongExpert(chunk_chars, agent.max_children, agent.max_steps, latency_s=latency)
     spec = TreeSpec(task.task_id, 0, env_from_task(task))
-    tree = TreeRun(spec, policy, ChatFraming(tiny_tokenizer()), agent, SandboxConfig())
     start = time.perf_counter()
-    asyncio.run(tree.run())
+    (tree,) = asyncio.run(run_trees([spec], policy, ChatFraming(tiny_tokenizer()), agent, SandboxConfig()))
     return time.perf_counter() - start, tree.records
 
 

@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 from rao_core.agent.policy import GenerationRequest, Policy
-from rao_core.config import PolicyConfig
+from rao_core.config import VLLMPolicy
 from rao_core.engines.hf import HFEngine
+from rao_core.engines.scope import engine_scope
 from rao_core.engines.vllm import VLLMEngine
-from rao_core.engines.vllm_server import stop_all
 from rao_core.models.tokenizer import load_tokenizer
 
 N, NEW = 64, 32
@@ -47,27 +47,22 @@ def main() -> None:
     ap.add_argument("--model", default="rao_core/models/checkpoints/small-warmstart")
     args = ap.parse_args()
     tok = load_tokenizer(args.model)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, engine_scope(Path(tmp)):
         engines = {
             "hf": HFEngine.from_pretrained(args.model, tok),
-            "vllm": VLLMEngine.serving(
-                PolicyConfig(kind="vllm"), Path(args.model), tok, 2048, Path(tmp) / "vllm.log"
-            ),
+            "vllm": VLLMEngine.serving(VLLMPolicy(), Path(args.model), tok, 2048),
         }
         results = {}
-        try:
-            for seeded in (True, False):
-                for conc in (1, 16, 64):
-                    for name, engine in engines.items():
-                        results[name, conc, seeded] = asyncio.run(cell(engine, conc, seeded, len(tok)))
-                    print(
-                        f"{'seeded' if seeded else 'unseeded':>8}, {conc:>2} in flight: "
-                        f"hf {results['hf', conc, seeded]:6.0f} tokens/s, vllm {results['vllm', conc, seeded]:6.0f} "
-                        f"tokens/s, vllm / hf = {results['vllm', conc, seeded] / results['hf', conc, seeded]:.1f}x",
-                        flush=True,
-                    )
-        finally:
-            stop_all()
+        for seeded in (True, False):
+            for conc in (1, 16, 64):
+                for name, engine in engines.items():
+                    results[name, conc, seeded] = asyncio.run(cell(engine, conc, seeded, len(tok)))
+                print(
+                    f"{'seeded' if seeded else 'unseeded':>8}, {conc:>2} in flight: "
+                    f"hf {results['hf', conc, seeded]:6.0f} tokens/s, vllm {results['vllm', conc, seeded]:6.0f} "
+                    f"tokens/s, vllm / hf = {results['vllm', conc, seeded] / results['hf', conc, seeded]:.1f}x",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

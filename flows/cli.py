@@ -242,13 +242,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_rollout(args: argparse.Namespace) -> int:
     from rao_core import runlock
-    from rao_core.campaign import prepare
+    from rao_core.campaign import engines, prepare
     from rao_core.rollout import load_round, rollout_round, summarize
 
     cfg = _checked(args)
     if args.check:
         return 0
-    with runlock.writing(cfg.run_dir, "rao rollout"):
+    with runlock.writing(cfg.run_dir, "rao rollout"), engines(cfg):
         prepare(cfg)
         path = rollout_round(cfg, progress=not args.no_progress)
     _print_summary(summarize(load_round(cfg, cfg.rollout.round)), str(path))
@@ -280,6 +280,14 @@ def cmd_synth(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
+    if args.explain is not None:  # every key (or a section's, or one) with default, rule and help
+        from rao_core.config.explain import explain
+
+        try:
+            print(explain(args.explain or None))
+        except KeyError as e:
+            raise ConfigError(f"--explain: {e.args[0]}") from None
+        return 0
     print(yaml.safe_dump(to_dict(load_config(args.config, args.overrides)), sort_keys=False), end="")
     return 0
 
@@ -390,8 +398,12 @@ def parser() -> argparse.ArgumentParser:
     _config_args(p)
     p.set_defaults(func=cmd_synth)
 
-    p = sub.add_parser("config", help="print the resolved configuration")
+    p = sub.add_parser("config", help="print the resolved configuration, or explain its keys")
     _config_args(p)
+    p.add_argument(
+        "--explain", nargs="?", const="", metavar="SECTION|KEY",
+        help="every key (or a section's, or one key) with its default, rule, help and resume rule",
+    )  # fmt: skip
     p.set_defaults(func=cmd_config)
 
     p = sub.add_parser("show", help="one execution tree as a standalone HTML page (the tree viewer)")

@@ -16,7 +16,6 @@ from prefect.task_runners import TaskRunner
 
 from rao_core import campaign, reporting, runlock, tracking
 from rao_core.config import RunConfig, load_config
-from rao_core.engines.vllm_server import servers_stopped_after
 from rao_core.store.parquet import is_complete
 from tasks import stages
 
@@ -95,7 +94,7 @@ def train_flow(config: str | None = None, overrides: list[str] | None = None) ->
 def _rounds(cfg: RunConfig, arms: list[RunConfig]) -> None:
     """Warm start and v0 of every arm, then the rounds, the arms interleaved."""
     # MLflow: RUNNING, then FINISHED / FAILED / KILLED; a vLLM server lives as long as the campaign
-    with tracking.campaign_status(arms), servers_stopped_after():
+    with tracking.campaign_status(arms), campaign.engines(cfg):
         for arm in arms:
             stages.warm_start(arm)
             stages.log_baseline(arm, stages.evaluate(arm, 0))
@@ -114,7 +113,7 @@ def round_flow(config: str | None = None, overrides: list[str] | None = None) ->
     with writing(arms, "rao round"):
         for arm in arms:
             stages.synthesize(arm)
-        with tracking.campaign_status(arms), servers_stopped_after():
+        with tracking.campaign_status(arms), campaign.engines(cfg):
             for arm in arms:
                 stages.warm_start(arm)
                 metrics.append(run_round(arm, campaign.completed_rounds(arm)))
@@ -127,7 +126,7 @@ def rollout_flow(config: str | None = None, overrides: list[str] | None = None) 
     """One round's rollout (round `rollout.round`, with that round's policy checkpoint), on Ray
     with `rollout.runner=ray`: the scale-out path without training."""
     cfg = _config(config, overrides)
-    with writing([cfg], "rao rollout"), servers_stopped_after():
+    with writing([cfg], "rao rollout"), campaign.engines(cfg):
         stages.synthesize(cfg)
         return rollout(cfg, cfg.rollout.round)
 
@@ -146,7 +145,7 @@ def evaluate_flow(
     """Evaluate a policy version (default: the latest) on held-out tasks; with `compare`, in
     single and recursive mode at every context limit of eval.modes x eval.context_limits."""
     cfg = _config(config, overrides)
-    with writing([cfg], "rao eval"), servers_stopped_after():
+    with writing([cfg], "rao eval"), campaign.engines(cfg):
         stages.synthesize(cfg)
         stages.warm_start(cfg)
         version = campaign.completed_rounds(cfg) if version < 0 else version

@@ -11,6 +11,7 @@ nothing. Prefect (flows/, tasks/) only chains these functions; MLflow records th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 from rao_core import tracking
 from rao_core.config import RunConfig
-from rao_core.engines.vllm_server import make_room_for_training
+from rao_core.engines.scope import EngineScope, engine_scope, make_room_for_training
 from rao_core.models.paths import initial_model as _initial_model
 from rao_core.runlock import note_stage
 
@@ -53,6 +54,13 @@ def control_config(cfg: RunConfig) -> RunConfig:
 def arms(cfg: RunConfig) -> list[RunConfig]:
     """The campaign's arms: the run itself, and its single-agent control arm when asked for."""
     return [cfg, control_config(cfg)] if cfg.campaign.control_arm else [cfg]
+
+
+def engines(cfg: RunConfig) -> contextlib.AbstractContextManager[EngineScope]:
+    """The scope of a campaign's engines: one vLLM server per setting for all its stages, its log
+    in <run>/logs/, holding the largest context any stage asks for (`rao eval --compare` may ask
+    for more than the agent's), stopped when the scope ends (rao_core/engines/scope.py)."""
+    return engine_scope(cfg.layout.logs, max([cfg.agent.max_context_tokens, *cfg.eval.context_limits]))
 
 
 def initial_model(cfg: RunConfig) -> Path:

@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from rao_core.config import RunConfig
+from rao_core.config import RunConfig, VLLMPolicy
 
 
 @dataclass
@@ -39,7 +39,7 @@ def _package(name: str, dist: str, needed: bool = True) -> Check:
 
 def _vllm(cfg: RunConfig) -> Check:
     needed = "vllm" in (cfg.policy.kind, cfg.judge.kind)
-    python = Path(cfg.policy.vllm_python)
+    python = Path(getattr(cfg.policy, "vllm_python", VLLMPolicy().vllm_python))
     if not python.is_file():
         return Check("vLLM", f"no {python} (make vllm)", False, needed)
     code = (
@@ -76,7 +76,7 @@ def _sandbox(cfg: RunConfig) -> Check:
 
 
 def _gpu(cfg: RunConfig) -> Check:
-    needed = "cuda" in (cfg.policy.device, cfg.train.device)
+    needed = "cuda" in (getattr(cfg.policy, "device", "auto"), cfg.train.device)
     import torch
 
     if torch.cuda.is_available():

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from rao_core.agent.policy import GenerationRequest, Policy
 from rao_core.agent.prompts import ChatFraming, truncate
-from rao_core.config import ConfigError, JudgeConfig, PolicyConfig
+from rao_core.config import ConfigError, HFPolicy, JudgeConfig, VLLMPolicy
 from rao_core.errors import JudgeError, retrying
 from rao_core.layout import RunLayout
 
@@ -294,6 +294,10 @@ def build_judge(cfg: JudgeConfig, run_dir: str | Path | None) -> Judge | None:
 
         path = str(resolve_model(cfg.model))
         tokenizer, name = load_tokenizer(path), cfg.model
-        policy = PolicyConfig(kind=cfg.kind, model=path, gpu_memory_utilization=cfg.gpu_memory_utilization)
+        policy = (
+            VLLMPolicy(model=path, gpu_memory_utilization=cfg.gpu_memory_utilization)
+            if cfg.kind == "vllm"
+            else HFPolicy(model=path)
+        )
         engine = build_engine(policy, tokenizer, role="judge")
     return ModelJudge(engine, tokenizer, name, cfg.max_new_tokens, cfg.temperature, cache, cfg.retries)

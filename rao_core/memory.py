@@ -123,7 +123,8 @@ def plan(cfg: RunConfig, folder: Path, found: dict[str, Device]) -> Plan:
     s, t, p = read_shape(folder), cfg.train, cfg.policy
     gpu = "cuda" in found
     train_dev = t.device if t.device != "auto" else ("cuda" if gpu else "cpu")
-    engine_dev = p.device if p.device != "auto" else ("cuda" if gpu else "cpu")
+    device = getattr(p, "device", "auto")  # the model engines' setting (hf, vllm)
+    engine_dev = device if device != "auto" else ("cuda" if gpu else "cpu")
     out = Plan(str(folder), s)
     shards = _shards(t.accelerate_config)
     tokens = t.max_tokens_per_microbatch

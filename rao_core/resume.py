@@ -23,24 +23,10 @@ from typing import Any
 
 import yaml
 
-from rao_core.config import ConfigError, RunConfig, save_config, to_dict
+from rao_core.config import ConfigError, RunConfig, explain, save_config, to_dict
 from rao_core.config.loading import SECTIONS
 from rao_core.layout import RunLayout
 
-# Settings that no completed stage depends on: scheduling, placement, where servers live, tracking,
-# and what is decided per round or per command.
-FREE = (
-    "run_name", "runs_dir", "campaign.rounds", "campaign.control_arm", "tracking.",
-    "rollout.round", "rollout.policy_version", "rollout.shards", "rollout.runner", "rollout.ray_address",
-    "rollout.num_cpus_per_shard", "rollout.num_gpus_per_shard", "rollout.max_concurrent_trees",
-    "policy.device", "policy.max_batch_size", "policy.max_batch_tokens", "policy.tensor_parallel_size",
-    "policy.gpu_memory_utilization", "policy.retries", "policy.base_url", "policy.api_key_env",
-    "policy.served_model", "judge.base_url", "judge.api_key_env", "judge.retries",
-    "judge.gpu_memory_utilization", "eval.modes", "eval.context_limits", "eval.trees_to_render",
-    "train.accelerate_config", "train.device", "policy.vllm_python", "policy.vllm_port",
-    "policy.vllm_startup_timeout_s", "policy.vllm_kv_cache_gib", "policy.vllm_extra_args",
-    "policy.weight_check_tolerance", "policy.vllm_during_train",
-)  # fmt: skip
 MODEL_ENGINES = ("hf", "vllm")  # the same model and sampling: switching between them is free
 
 
@@ -57,13 +43,22 @@ def flatten(data: dict) -> dict[str, Any]:
 
 def changes(old: dict, new: dict) -> dict[str, tuple[Any, Any]]:
     """Keys whose value differs. A key the old file lacks took the default of its day: assumed equal
-    to today's (a key the new configuration lacks was retired, and is ignored)."""
+    to today's (a key the new configuration lacks was retired, and is ignored). A comma list of an
+    older file (`medium,hard`) equals the list it means."""
     before, after = flatten(old), flatten(new)
-    return {k: (before[k], v) for k, v in after.items() if k in before and before[k] != v}
+    return {k: (before[k], v) for k, v in after.items() if k in before and not _same(before[k], v)}
+
+
+def _same(old: Any, new: Any) -> bool:
+    if isinstance(old, str) and isinstance(new, list):
+        return [x.strip() for x in old.split(",") if x.strip()] == [str(x) for x in new]
+    return old == new
 
 
 def is_free(key: str) -> bool:
-    return any(key == f or (f.endswith(".") and key.startswith(f)) for f in FREE)
+    """A setting no completed stage depends on (its field says `resume="free"` in sections.py):
+    scheduling, placement, where servers live, tracking, what is decided per round or command."""
+    return explain.is_free(key)
 
 
 def engine_switch(key: str, old: dict, new: dict) -> bool:

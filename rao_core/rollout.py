@@ -1,7 +1,8 @@
-"""The rollout stage: G trees for each of N root tasks, written as one atomic Parquet partition.
+"""The rollout stage: draw the trees, run them, write their nodes as one atomic Parquet partition.
 
-synthesize (if the run has no data yet) -> select tasks -> run all trees concurrently on one
-event loop -> rows (one per node) -> runs/<run>/rollouts/round=N/nodes.parquet
+    draw:  a Draw (which tasks of which split, how many, G trees each, at what temperature)
+    run:   every tree on one event loop through the tree runner (rao_core/agent/runner.py)
+    write: one row per node -> runs/<run>/rollouts/round=N/nodes.parquet (evaluation: eval/version=V)
 
 Scale-out (docs/scale-out.md): with `rollout.shards = S > 1` the round's root tasks are dealt into
 S shards; each shard builds its own engine replica and writes `round=N/shard=K/` atomically, and the
@@ -16,6 +17,7 @@ import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,12 +25,12 @@ import pyarrow as pa
 
 from rao_core.agent.policy import Policy
 from rao_core.agent.prompts import ChatFraming
-from rao_core.agent.sandbox import shutdown_sandboxes
+from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeRun, TreeSpec
 from rao_core.config import RunConfig
 from rao_core.envs.base import select_tasks
 from rao_core.envs.suites import open_suite
-from rao_core.judges import Judge, build_judge
+from rao_core.judges import build_judge
 from rao_core.models.paths import initial_model
 from rao_core.models.tokenizer import load_tokenizer
 from rao_core.store.parquet import (
@@ -61,7 +63,8 @@ def shard_tasks(tasks: Sequence[T], shards: int) -> list[list[T]]:
 def make_policy(cfg: RunConfig, suite, model_path: Path | None = None) -> tuple[Policy, Any]:
     """The suite's scripted expert, or a model engine serving `model_path` (default policy.model);
     returned with the tokenizer that frames the conversation: policy.tokenizer, or with 'auto' the
-    checkpoint's own (models) or 'tiny' (the scripted expert)."""
+    checkpoint's own (models) or 'tiny' (the scripted expert). A vLLM server comes from the current
+    EngineScope (rao_core/engines/scope.py)."""
     if cfg.policy.kind == "scripted":
         name = "tiny" if cfg.policy.tokenizer == "auto" else cfg.policy.tokenizer
         return suite.expert(cfg), load_tokenizer(name)
@@ -70,9 +73,9 @@ def make_policy(cfg: RunConfig, suite, model_path: Path | None = None) -> tuple[
     path = model_path or initial_model(cfg.policy.model, cfg.run_dir)  # shipped, folder, hub id, 'tiny'
     tokenizer = load_tokenizer(str(path) if cfg.policy.tokenizer == "auto" else cfg.policy.tokenizer)
     policy_cfg = dataclasses.replace(cfg.policy, model=str(path))
-    log_path = cfg.layout.logs / "vllm.log"
     lora_rank = cfg.train.lora_r if cfg.train.lora else 0
-    return build_engine(policy_cfg, tokenizer, serving_context(cfg), log_path, lora_rank=lora_rank), tokenizer
+    engine = build_engine(policy_cfg, tokenizer, cfg.agent.max_context_tokens, lora_rank=lora_rank)
+    return engine, tokenizer
 
 
 def chat_framing(cfg: RunConfig, tokenizer) -> ChatFraming:
@@ -80,41 +83,10 @@ def chat_framing(cfg: RunConfig, tokenizer) -> ChatFraming:
     return ChatFraming(tokenizer, cfg.policy.chat_template_kwargs)
 
 
-def serving_context(cfg: RunConfig) -> int:
-    """Tokens per sequence an engine server must hold: the agent's context, or the largest context
-    limit `rao eval --compare` asks for (one server serves every stage)."""
-    limits = [int(x) for x in cfg.eval.context_limits.split(",") if x]
-    return max([cfg.agent.max_context_tokens, *limits])
-
-
 def sampling_seed(cfg: RunConfig) -> int:
     """The trees' seed: every sampling request and scripted choice derives from it, the tree and
     the node (rao_core.agent.node.request_seed), so a round reruns token for token."""
     return cfg.rollout.seed * 1_000_003 + cfg.rollout.round
-
-
-async def run_trees(
-    specs: list[TreeSpec],
-    policy: Policy,
-    chat: ChatFraming,
-    cfg: RunConfig,
-    temperature: float,
-    on_tree_done: Callable[[TreeRun], None] | None = None,
-    judge: Judge | None = None,
-) -> list[TreeRun]:
-    """Run every tree on this event loop, at most `max_concurrent_trees` at a time; `judge`
-    scores the nodes whose environment has no exact verifier (docs/judges.md)."""
-    gate = asyncio.Semaphore(cfg.rollout.max_concurrent_trees)
-
-    async def one(spec: TreeSpec) -> TreeRun:
-        async with gate:
-            run = TreeRun(spec, policy, chat, cfg.agent, cfg.sandbox, temperature, judge, cfg.policy.retries)
-            await run.run()
-        if on_tree_done:
-            on_tree_done(run)
-        return run
-
-    return list(await asyncio.gather(*(one(s) for s in specs)))
 
 
 def tree_rows(run: TreeRun, cfg: RunConfig, split: str) -> list[dict]:
@@ -177,11 +149,8 @@ def rollout_shard(cfg: RunConfig, shard: int, progress: bool = False, model_path
     """Shard `shard` of round `rollout.round`: its share of the root tasks, G trees each, on an
     engine replica of its own, written as its own partition. Idempotent, so a retried shard whose
     partition is complete is a no-op and an incomplete one is rewritten whole."""
-    r = cfg.rollout
-    return run_rollout(
-        cfg, shard_dir(cfg, r.round, shard), r.split, r.difficulty, r.num_tasks, r.group_size,
-        cfg.policy.temperature, progress, model_path, shard=(shard, r.shards),
-    )  # fmt: skip
+    draw = Draw.training(cfg, shard=(shard, cfg.rollout.shards))
+    return run_rollout(cfg, shard_dir(cfg, cfg.rollout.round, shard), draw, model_path, progress)
 
 
 def check_shard_count(cfg: RunConfig) -> None:
@@ -213,54 +182,82 @@ def seal_round(cfg: RunConfig) -> Path:
     return seal_partition(dest, parts, meta)
 
 
+@dataclass(frozen=True)
+class Draw:
+    """Which trees a rollout runs: `num_tasks` tasks of `split` (per difficulty, or over the mix),
+    drawn with `task_seed` (None: a new draw each round), `group_size` trees each, sampled at
+    `temperature`; with `shard = (k, n)` only the k-th of n deals of those tasks."""
+
+    split: str
+    difficulties: tuple[str, ...]
+    num_tasks: int
+    group_size: int
+    temperature: float
+    per_difficulty: bool = False
+    task_seed: int | None = None
+    shard: tuple[int, int] = (0, 1)
+
+    @classmethod
+    def training(cls, cfg: RunConfig, shard: tuple[int, int] = (0, 1)) -> Draw:
+        """A training round: rollout.*, sampled at policy.temperature."""
+        r = cfg.rollout
+        return cls(r.split, tuple(r.difficulty), r.num_tasks, r.group_size, cfg.policy.temperature,
+                   shard=shard)  # fmt: skip
+
+    @classmethod
+    def evaluation(cls, cfg: RunConfig, samples: int | None = None, temperature: float | None = None) -> Draw:
+        """Held-out evaluation: eval.num_tasks validation tasks per difficulty, the same tasks for
+        every policy version (tasks.seed), eval.samples trees each at eval.temperature."""
+        e = cfg.eval
+        return cls(
+            "val", tuple(e.difficulty), e.num_tasks, e.samples if samples is None else samples,
+            e.temperature if temperature is None else temperature, per_difficulty=True, task_seed=cfg.tasks.seed,
+        )  # fmt: skip
+
+
+def draw_trees(cfg: RunConfig, suite, draw: Draw) -> list[TreeSpec]:
+    """The draw's tree specs, seeded: the same configuration always draws the same trees."""
+    seed = cfg.tasks.seed + cfg.rollout.round if draw.task_seed is None else draw.task_seed
+    pool = suite.tasks(draw.split)
+    groups = [[d] for d in draw.difficulties] if draw.per_difficulty else [list(draw.difficulties)]
+    tasks = [t for g in groups for t in select_tasks(pool, draw.split, g, draw.num_tasks, seed=seed)]
+    if not tasks:
+        raise ValueError(
+            f"rollout.difficulty: no {draw.split} tasks of difficulty {','.join(draw.difficulties)!r} in this world"
+        )
+    tasks = shard_tasks(tasks, draw.shard[1])[draw.shard[0]]
+    tree_seed = sampling_seed(cfg)
+    return [
+        TreeSpec(t.task_id, g, suite.env(t), t.difficulty, seed=tree_seed)
+        for t in tasks
+        for g in range(draw.group_size)
+    ]
+
+
 def run_rollout(
-    cfg: RunConfig,
-    dest: Path,
-    split: str,
-    difficulty: str,
-    num_tasks: int,
-    group_size: int,
-    temperature: float,
-    progress: bool = False,
-    model_path: Path | None = None,
-    per_difficulty: bool = False,
-    task_seed: int | None = None,
-    shard: tuple[int, int] = (0, 1),
+    cfg: RunConfig, dest: Path, draw: Draw, model_path: Path | None = None, progress: bool = False
 ) -> Path:
-    """G trees for each of N tasks of a split (N per difficulty with `per_difficulty`), written as
-    the partition `dest` (idempotent). Tasks are drawn with `task_seed` (default: a new draw each
-    round; evaluations pass a fixed seed so every policy version meets the same tasks). With
-    `shard = (k, n)` only the k-th of n deals of those tasks is rolled out (`shard_tasks`)."""
+    """Draw the trees, run them, write their nodes as the partition `dest` (idempotent: a complete
+    partition is returned as it is)."""
     if is_complete(dest):
         return dest
     clean_temporaries(dest.parent, dest.name)  # only its own: sibling shards may be writing
     suite = open_suite(cfg)
-    difficulties = [d.strip() for d in difficulty.split(",")]
-    seed = cfg.tasks.seed + cfg.rollout.round if task_seed is None else task_seed
-    pool = suite.tasks(split)
-    groups = [[d] for d in difficulties] if per_difficulty else [difficulties]
-    tasks = [t for g in groups for t in select_tasks(pool, split, g, num_tasks, seed=seed)]
-    if not tasks:
-        raise ValueError(f"rollout.difficulty: no {split} tasks of difficulty {difficulty!r} in this world")
-    tasks = shard_tasks(tasks, shard[1])[shard[0]]
-    seed = sampling_seed(cfg)
-    specs = [
-        TreeSpec(t.task_id, g, suite.env(t), t.difficulty, seed=seed)
-        for t in tasks
-        for g in range(group_size)
-    ]
+    specs = draw_trees(cfg, suite, draw)
     policy, tokenizer = make_policy(cfg, suite, model_path)
     chat = chat_framing(cfg, tokenizer)
     judge = build_judge(cfg.judge, cfg.run_dir)
 
     async def main(on_tree_done: Callable[[TreeRun], None] | None) -> list[TreeRun]:
         try:
-            return await run_trees(specs, policy, chat, cfg, temperature, on_tree_done, judge)
+            return await run_trees(
+                specs, policy, chat, cfg.agent, cfg.sandbox, draw.temperature,
+                cfg.rollout.max_concurrent_trees, judge, cfg.policy.retries, on_tree_done,
+            )  # fmt: skip
         finally:
             await policy.close()
             if judge is not None:
                 await judge.close()
-            await shutdown_sandboxes()  # leave no worker behind, whatever happened
 
     start = time.time()
     if progress:
@@ -273,9 +270,9 @@ def run_rollout(
             runs = asyncio.run(main(lambda _: bar.advance(task)))
     else:
         runs = asyncio.run(main(None))
-    rows = [row for run in runs for row in tree_rows(run, cfg, split)]
+    rows = [row for run in runs for row in tree_rows(run, cfg, draw.split)]
     table = pa.Table.from_pylist(rows, schema=NODE_SCHEMA)
-    meta = {"trees": len(runs), "seconds": round(time.time() - start, 3), "shard": list(shard)}
+    meta = {"trees": len(runs), "seconds": round(time.time() - start, 3), "shard": list(draw.shard)}
     try:
         return write_partition({"nodes": table}, dest, meta=meta)
     except FileExistsError:  # a presumed-lost attempt of this shard finished first: keep its rows

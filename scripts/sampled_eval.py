@@ -19,7 +19,7 @@ from pathlib import Path
 from rao_core.config import ConfigError, load_config
 from rao_core.eval.metrics import paired_bootstrap, per_task_success, tree_metrics
 from rao_core.layout import RunLayout
-from rao_core.rollout import run_rollout
+from rao_core.rollout import Draw, run_rollout
 from rao_core.store.parquet import read_partition
 
 
@@ -47,10 +47,7 @@ def main() -> None:
         if model is not None and not model.is_dir():
             raise SystemExit(f"--versions: {model} does not exist")
         dest = cfg.layout.sampled_eval(cell, v)
-        run_rollout(
-            cfg, dest, "val", cfg.eval.difficulty, cfg.eval.num_tasks, args.samples, args.temperature,
-            True, model, per_difficulty=True, task_seed=cfg.tasks.seed,
-        )  # fmt: skip
+        run_rollout(cfg, dest, Draw.evaluation(cfg, args.samples, args.temperature), model, progress=True)
         rows = read_partition(dest, "nodes").to_pylist()
         m = tree_metrics(rows)
         results[v] = per_task_success(rows)

@@ -22,7 +22,6 @@ TOY = [  # the reference profile on a toy world, whatever the embedded defaults 
     "agent.max_steps=25",
     "policy.kind=scripted",
     "policy.model=tiny",
-    "policy.error_rate=0.1",
     "world.domains=2",
     "world.max_tier=6",
     "world.items_per_tier=6",

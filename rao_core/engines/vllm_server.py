@@ -6,7 +6,8 @@ transformers < 5.20 and fastapi < 0.137; prefect 3.9 needs fastapi >= 0.139), so
 would hold the whole project to vLLM's pins; and a server is a process the campaign can watch,
 kill and restart without losing itself. It is also how most RL trainers run vLLM.
 
-Lifecycle (one server per distinct engine setting, shared by every stage of the process):
+Lifecycle (one server per engine setting and EngineScope, shared by every stage of the scope:
+rao_core/engines/scope.py):
 
     ensure(model_dir)   start on it, or load it into the running server (POST /collective_rpc
                         reload_weights, then /reset_prefix_cache), then prove the served weights are
@@ -17,7 +18,7 @@ Lifecycle (one server per distinct engine setting, shared by every stage of the 
     release()           before the train stage (make_room_for_training): sleep mode on a GPU
                         (weights and KV cache leave the device), or stop; the next ensure wakes it
     recover()           the server died (killed, crashed): start it again on the same checkpoint
-    stop() / stop_all() at the end of the campaign (flows), or at exit
+    stop()              when the scope ends (the flow's, or the one stage's without one)
 
 vLLM's CPU backend keeps the old output layer after a reload when the embeddings are tied
 (docs/engines.md), so a tied checkpoint is served from an untied copy (lm_head written out).
@@ -25,8 +26,6 @@ vLLM's CPU backend keeps the old output layer after a reload when the embeddings
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import logging
 import os
 import re
@@ -36,12 +35,11 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 
-from rao_core.config import PolicyConfig
+from rao_core.config import VLLMPolicy
 from rao_core.engines.vllm_args import (
     VLLMSetupError,
     cpu_workarounds,
@@ -67,7 +65,7 @@ class StaleWeightsError(EngineError):
 
 class VLLMServer:
     def __init__(
-        self, cfg: PolicyConfig, max_model_len: int | None, log_path: Path | None = None, lora_rank: int = 0
+        self, cfg: VLLMPolicy, max_model_len: int | None, log_path: Path | None = None, lora_rank: int = 0
     ) -> None:
         """`lora_rank` > 0: serve LoRA adapters up to that rank (train.lora), over the base model."""
         self.cfg, self.max_model_len, self.lora_rank = cfg, max_model_len, lora_rank
@@ -377,52 +375,3 @@ class VLLMServer:
             self._kill()
             self.model_dir = None
         shutil.rmtree(self._work, ignore_errors=True)
-
-
-_SERVERS: dict[tuple, VLLMServer] = {}
-
-
-def shared_server(
-    cfg: PolicyConfig,
-    max_model_len: int | None,
-    log_path: Path | None = None,
-    role: str = "policy",
-    lora_rank: int = 0,
-) -> VLLMServer:
-    """The process's server for this role (the policy, a judge) and engine setting (started on the
-    first `ensure`)."""
-    key = (role, cfg.vllm_python, cfg.vllm_port, cfg.dtype, cfg.tensor_parallel_size, max_model_len,
-           tuple(cfg.vllm_extra_args), cfg.vllm_kv_cache_gib, cfg.vllm_during_train, lora_rank)  # fmt: skip
-    if key not in _SERVERS:
-        _SERVERS[key] = VLLMServer(cfg, max_model_len, log_path, lora_rank)
-    return _SERVERS[key]
-
-
-@contextlib.contextmanager
-def make_room_for_training() -> Iterator[dict[str, str]]:
-    """The train stage's scope: every server of this process sleeps (or stops, or keeps running:
-    policy.vllm_during_train) while the trainer has the device; each wakes at its next `ensure`."""
-    done = {role: server.release() for (role, *_), server in list(_SERVERS.items())}
-    for role, what in done.items():
-        if what not in ("none", "kept"):
-            log.info("vLLM %s server %s for the train stage", role, what)
-    yield done
-
-
-def stop_all() -> None:
-    """Stop every server this process started (the campaign's end, its failure, or exit)."""
-    for server in list(_SERVERS.values()):
-        server.stop()
-    _SERVERS.clear()
-
-
-@contextlib.contextmanager
-def servers_stopped_after() -> Iterator[None]:
-    """The campaign's scope: servers started inside are stopped when it ends or fails."""
-    try:
-        yield
-    finally:
-        stop_all()
-
-
-atexit.register(stop_all)

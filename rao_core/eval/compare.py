@@ -16,15 +16,13 @@ from typing import Any
 
 from rao_core.config import RunConfig
 from rao_core.eval.evaluate import summarize_eval
-from rao_core.rollout import run_rollout
+from rao_core.rollout import Draw, run_rollout
 
 
 def grid(cfg: RunConfig) -> list[tuple[str, int]]:
     """(mode, context limit) cells of the comparison, from eval.modes and eval.context_limits
     (validated by load_config)."""
-    modes = [m.strip() for m in cfg.eval.modes.split(",") if m.strip()]
-    limits = [int(x) for x in str(cfg.eval.context_limits).split(",") if x.strip()]
-    return [(m, c) for c in limits or [cfg.agent.max_context_tokens] for m in modes]
+    return [(m, c) for c in cfg.eval.context_limits or [cfg.agent.max_context_tokens] for m in cfg.eval.modes]
 
 
 def compare_version(
@@ -37,9 +35,6 @@ def compare_version(
         agent = dataclasses.replace(cfg.agent, mode=mode, max_context_tokens=ctx)
         cell_cfg = dataclasses.replace(cfg, agent=agent)
         dest = cfg.layout.compare(version, mode, ctx)
-        run_rollout(
-            cell_cfg, dest, "val", cfg.eval.difficulty, cfg.eval.num_tasks, cfg.eval.samples, cfg.eval.temperature,
-            progress, model_path, per_difficulty=True, task_seed=cfg.tasks.seed,
-        )  # fmt: skip
+        run_rollout(cell_cfg, dest, Draw.evaluation(cfg), model_path, progress)
         cells.append({"mode": mode, "ctx": ctx, "summary": summarize_eval(dest)})
     return {"version": version, "cells": cells}

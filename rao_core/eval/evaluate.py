@@ -11,7 +11,7 @@ from typing import Any
 
 from rao_core.config import RunConfig
 from rao_core.eval.metrics import tree_metrics
-from rao_core.rollout import run_rollout
+from rao_core.rollout import Draw, run_rollout
 from rao_core.store.files import write_json
 from rao_core.store.parquet import read_partition
 
@@ -21,10 +21,7 @@ def evaluate_round(
 ) -> dict:
     """Evaluate policy version `round_` (idempotent: a complete partition is only re-summarised)."""
     dest = cfg.layout.eval(round_)
-    run_rollout(
-        cfg, dest, "val", cfg.eval.difficulty, cfg.eval.num_tasks, cfg.eval.samples, cfg.eval.temperature, progress,
-        model_path, per_difficulty=True, task_seed=cfg.tasks.seed,
-    )  # fmt: skip
+    run_rollout(cfg, dest, Draw.evaluation(cfg), model_path, progress)
     return summarize_eval(dest)
 
 

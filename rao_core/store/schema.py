@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from rao_core.status import NodeStatus, TreeStatus
+
 # Node statuses. `finished` is the only one in which a node called finish(). `infra_error` is a
 # failure of the machine (engine, sandbox start, judge, scorer: rao_core/errors.py), not of the
 # policy; `error` is a cell that crashed its REPL.
-STATUSES = ("finished", "budget", "context_overflow", "error", "refused", "loop", "timeout", "infra_error")
-TREE_STATUSES = ("ok", "timeout", "infra_error")
+STATUSES = tuple(NodeStatus)
+TREE_STATUSES = tuple(TreeStatus)
 
 NODE_FIELDS: list[tuple[str, pa.DataType, str]] = [
     # identity

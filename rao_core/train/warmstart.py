@@ -21,6 +21,7 @@ import shutil
 import string
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from trl import SFTConfig, SFTTrainer
 
 from rao_core.agent.policy import Policy
 from rao_core.agent.prompts import ChatFraming
-from rao_core.agent.sandbox import shutdown_sandboxes
+from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeRun, TreeSpec
 from rao_core.config import AgentConfig, SandboxConfig, WarmStartConfig
 from rao_core.envs.textcraft.small import (
@@ -61,22 +62,17 @@ def agent_config(mode: str, context: int) -> AgentConfig:
     )  # fmt: skip
 
 
-async def _run_trees(jobs: list[tuple[str, TreeSpec]], policy: Policy, chat: ChatFraming, context: int,
-                     concurrency: int, temperature: float, on_done=None) -> list[tuple[str, TreeRun]]:  # fmt: skip
-    gate = asyncio.Semaphore(concurrency)
-
-    async def one(mode: str, spec: TreeSpec) -> tuple[str, TreeRun]:
-        async with gate:
-            run = TreeRun(spec, policy, chat, agent_config(mode, context), SandboxConfig(), temperature)
-            await run.run()
-        if on_done:
-            on_done()
-        return mode, run
-
-    try:
-        return list(await asyncio.gather(*(one(m, s) for m, s in jobs)))
-    finally:
-        await shutdown_sandboxes()
+async def run_modes(
+    jobs: list[tuple[str, TreeSpec]], policy: Policy, chat: ChatFraming, context: int, concurrency: int,
+    temperature: float, on_done: Callable[[TreeRun], None] | None = None,
+) -> list[tuple[str, TreeRun]]:  # fmt: skip
+    """(mode, tree) jobs through the tree runner, each tree with its mode's budgets."""
+    mode_of = {id(spec): mode for mode, spec in jobs}
+    runs = await run_trees(
+        [spec for _, spec in jobs], policy, chat, lambda spec: agent_config(mode_of[id(spec)], context),
+        SandboxConfig(), temperature, concurrency, on_tree_done=on_done,
+    )  # fmt: skip
+    return [(mode_of[id(run.spec)], run) for run in runs]
 
 
 # --- data ---------------------------------------------------------------------------------------
@@ -92,7 +88,7 @@ def expert_examples(cfg: WarmStartConfig, chat: ChatFraming) -> list[dict]:
     expert = SmallExpert(
         error_rate=cfg.error_rate, give_up_rate=cfg.give_up_rate, root_inline_rate=cfg.root_inline_rate
     )
-    runs = asyncio.run(_run_trees(jobs, expert, chat, cfg.context, cfg.max_concurrent_trees, 1.0))
+    runs = asyncio.run(run_modes(jobs, expert, chat, cfg.context, cfg.max_concurrent_trees, 1.0))
     rows = []
     for mode, run in runs:
         for r in run.records:
@@ -296,7 +292,7 @@ def evaluate_small(
         if progress and (done[0] % 50 == 0 or done[0] == len(jobs)):
             print(f"eval: {done[0]}/{len(jobs)} trees, {time.time() - start:.0f} s", flush=True)
 
-    runs = asyncio.run(_run_trees(jobs, engine, chat, context, max_concurrent_trees, 0.0, tick))
+    runs = asyncio.run(run_modes(jobs, engine, chat, context, max_concurrent_trees, 0.0, lambda _: tick()))
     wins: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     statuses: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for mode, run in runs:

@@ -11,13 +11,14 @@ import pytest
 import torch
 
 from rao_core.agent.policy import Generation, GenerationRequest, Policy
+from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeRun, TreeSpec
 from rao_core.config import AgentConfig, SandboxConfig, ScoringConfig
 from rao_core.engines.hf import HFEngine
 from rao_core.engines.openai import OpenAIEngine
 from rao_core.engines.server import start_background
 from rao_core.models.tokenizer import tiny_tokenizer
-from rao_core.rollout import run_trees, summarize, tree_rows
+from rao_core.rollout import summarize, tree_rows
 from rao_core.scoring import score_round, scores_summary
 from rao_core.store.parquet import read_partition, write_partition
 from rao_core.store.schema import NODE_SCHEMA
@@ -54,9 +55,8 @@ class FailingPolicy(Policy):
 
 
 def run(policy: Policy, env=None, attempts: int = 2) -> TreeRun:
-    tree = TreeRun(TreeSpec("t", 0, env or NoteEnv("say ok")), policy, CHAT, AGENT, SandboxConfig(),
-                   engine_attempts=attempts)  # fmt: skip
-    asyncio.run(tree.run())
+    spec = TreeSpec("t", 0, env or NoteEnv("say ok"))
+    (tree,) = asyncio.run(run_trees([spec], policy, CHAT, AGENT, SandboxConfig(), engine_attempts=attempts))
     return tree
 
 
@@ -138,7 +138,9 @@ def test_no_node_of_an_affected_tree_is_trained(toy):
     script = CellScript(delegate)
     policy = FailingPolicy(script, fails, ConnectionError("engine gone"))
     specs = [TreeSpec(task, g, NoteEnv("say ok"), "easy") for task in ("a", "b") for g in range(3)]
-    runs = asyncio.run(run_trees(specs, policy, CHAT, cfg, 1.0))
+    runs = asyncio.run(
+        run_trees(specs, policy, CHAT, cfg.agent, cfg.sandbox, engine_attempts=cfg.policy.retries)
+    )
     rows = [row for r in runs for row in tree_rows(r, cfg, "train")]
     table = pa.Table.from_pylist(rows, schema=NODE_SCHEMA)
     write_partition({"nodes": table}, cfg.run_dir / "rollouts" / "round=0")
@@ -164,3 +166,20 @@ def test_infra_nodes_keep_their_rows(kind):
         tree = run(CellScript(delegate), UnstartableEnv("say ok"))
     (root,) = tree.records
     assert root.token_ids and len(root.action_mask) == len(root.token_ids) and root.ended_at > 0
+
+
+def test_a_bug_raises_instead_of_becoming_a_statistic(monkeypatch):
+    """Only a component's failure ends a node as infra_error. A bug in the runtime itself (here in
+    the reply parser of a child node) raises out of the rollout, loudly, rather than being counted."""
+    import rao_core.agent.node as node
+
+    real = node.parse_reply
+
+    def buggy(text, fmt):  # the child's first reply (the root's cell is waiting on it)
+        if "finish('ok')" in text:
+            raise ZeroDivisionError("a bug in the runtime")
+        return real(text, fmt)
+
+    monkeypatch.setattr(node, "parse_reply", buggy)
+    with pytest.raises(ZeroDivisionError, match="a bug in the runtime"):
+        run(CellScript(delegate))

@@ -11,7 +11,8 @@ import time
 import pyarrow as pa
 import pytest
 
-from rao_core.agent.tree import TreeRun, TreeSpec
+from rao_core.agent.runner import run_trees
+from rao_core.agent.tree import TreeSpec
 from rao_core.config import AgentConfig, ConfigError, JudgeConfig, SandboxConfig, load_config
 from rao_core.engines.hf import HFEngine
 from rao_core.engines.server import start_background
@@ -31,7 +32,7 @@ from rao_core.judges import (
 )
 from rao_core.models.tiny import save_checkpoint
 from rao_core.query import run_query
-from rao_core.rollout import run_trees, tree_rows
+from rao_core.rollout import tree_rows
 from rao_core.store.parquet import write_partition
 from rao_core.store.schema import NODE_SCHEMA
 from tests.agent.test_runtime import CHAT, NoteEnv
@@ -302,8 +303,9 @@ def judged_tree(judge: Judge | None, policy=None, env=JudgedNoteEnv, **agent) ->
     base = {"cell_timeout_s": 5.0, "tree_timeout_s": 60.0, "reply_format": "thought_python", "max_steps": 3}
     cfg = AgentConfig(**{**base, **agent})
     spec = TreeSpec("t", 0, env("say ok"))
-    tree = TreeRun(spec, policy or CellScript(script), CHAT, cfg, SandboxConfig(), 1.0, judge)
-    asyncio.run(tree.run())
+    (tree,) = asyncio.run(
+        run_trees([spec], policy or CellScript(script), CHAT, cfg, SandboxConfig(), 1.0, judge=judge)
+    )
     return {r.goal: r for r in tree.records} | {"tree": tree}
 
 
@@ -312,7 +314,7 @@ def test_judged_children_are_stored_and_queryable(toy):
     cfg = toy("agent.max_steps=3")
     judge = ScriptedJudge(JudgeCache(cfg.run_dir / "judge_cache"))
     spec = TreeSpec("t", 0, JudgedNoteEnv("say ok"))
-    runs = asyncio.run(run_trees([spec], CellScript(script), CHAT, cfg, 1.0, judge=judge))
+    runs = asyncio.run(run_trees([spec], CellScript(script), CHAT, cfg.agent, cfg.sandbox, 1.0, judge=judge))
     table = pa.Table.from_pylist(tree_rows(runs[0], cfg, "train"), schema=NODE_SCHEMA)
     write_partition({"nodes": table}, cfg.layout.rollouts(0))
     _, rows = run_query(

@@ -6,6 +6,7 @@ import asyncio
 import json
 
 from rao_core.agent.prompts import ChatFraming
+from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeRun, TreeSpec
 from rao_core.config import AgentConfig, SandboxConfig
 from rao_core.envs.base import Environment, LaunchError
@@ -61,8 +62,9 @@ def run_tree(policy, env=None, **agent) -> TreeRun:
         "max_context_tokens": 8192,
     }
     cfg = AgentConfig(**{**base, **agent})
-    tree = TreeRun(TreeSpec("t", 0, env or NoteEnv("say ok")), policy, CHAT, cfg, SandboxConfig())
-    asyncio.run(tree.run())
+    (tree,) = asyncio.run(
+        run_trees([TreeSpec("t", 0, env or NoteEnv("say ok"))], policy, CHAT, cfg, SandboxConfig())
+    )
     return tree
 
 

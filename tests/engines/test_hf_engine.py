@@ -12,7 +12,8 @@ import torch
 
 from rao_core.agent.policy import Generation, GenerationRequest, Policy
 from rao_core.agent.prompts import ChatFraming
-from rao_core.agent.tree import TreeRun, TreeSpec
+from rao_core.agent.runner import run_trees
+from rao_core.agent.tree import TreeSpec
 from rao_core.config import AgentConfig, SandboxConfig
 from rao_core.engines.hf import HFEngine
 from rao_core.engines.hf_batch import completes_stop, stop_index
@@ -225,11 +226,8 @@ def test_tree_run_stores_exactly_the_sampled_ids():
     policy = Recorder(engine)
     chat = ChatFraming(TOK)
     cfg = AgentConfig(max_steps=3, max_new_tokens=24, cell_timeout_s=5.0, tree_timeout_s=60.0)
-    trees = [
-        TreeRun(TreeSpec("t", i, NoteEnv(f"say ok {i}")), policy, chat, cfg, SandboxConfig(), 1.0)
-        for i in range(3)
-    ]
-    run(lambda: asyncio.gather(*[t.run() for t in trees]), engine)
+    specs = [TreeSpec("t", i, NoteEnv(f"say ok {i}")) for i in range(3)]
+    trees = run(lambda: run_trees(specs, policy, chat, cfg, SandboxConfig(), 1.0), engine)
     assert max(engine.stats.batch_sizes) > 1  # the three roots were batched
     assert engine.stats.prefix_hits == 6  # turns 2 and 3 of each root reused the conversation
     records = [r for t in trees for r in t.records]

@@ -9,7 +9,7 @@ import httpx
 import pytest
 import torch
 
-from rao_core.config import PolicyConfig
+from rao_core.config import HFPolicy, OpenAIPolicy, ScriptedPolicy
 from rao_core.engines import build_engine
 from rao_core.engines.hf import HFEngine
 from rao_core.engines.openai import OpenAIEngine, ServerReplyError
@@ -108,14 +108,12 @@ def test_models_chat_and_string_prompts(server):
 
 def test_build_engine_kinds(tmp_path, monkeypatch):
     monkeypatch.setenv("MY_KEY", "secret")
-    cfg = PolicyConfig(
-        kind="openai", base_url="http://127.0.0.1:1/v1", api_key_env="MY_KEY", served_model="m"
-    )
+    cfg = OpenAIPolicy(base_url="http://127.0.0.1:1/v1", api_key_env="MY_KEY", served_model="m")
     engine = build_engine(cfg, TOK)
     assert isinstance(engine, OpenAIEngine) and engine.headers["Authorization"] == "Bearer secret"
     monkeypatch.chdir(tmp_path)  # 'tiny' is built and cached under ./runs/_models
-    hf = build_engine(PolicyConfig(kind="hf", model="tiny", device="cpu", max_batch_size=7), TOK)
+    hf = build_engine(HFPolicy(model="tiny", device="cpu", max_batch_size=7), TOK)
     assert isinstance(hf, HFEngine) and hf.max_batch_size == 7 and hf.device.type == "cpu"
     assert list((tmp_path / "runs" / "_models").iterdir())
     with pytest.raises(ValueError, match="not a model engine"):
-        build_engine(PolicyConfig(kind="scripted"), TOK)
+        build_engine(ScriptedPolicy(), TOK)

@@ -16,7 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rao_core.agent.policy import GenerationRequest
-from rao_core.config import PolicyConfig, ScoringConfig
+from rao_core.config import ScoringConfig, VLLMPolicy
 from rao_core.engines.vllm import VLLMEngine
 from rao_core.engines.vllm_server import StaleWeightsError, VLLMServer, VLLMSetupError
 from rao_core.models.tiny import build_tiny_model, save_checkpoint
@@ -30,7 +30,7 @@ from tests.train.test_stage import write_round
 
 pytestmark = pytest.mark.vllm
 TOK = tiny_tokenizer()
-CPU = PolicyConfig(kind="vllm", dtype="float32")  # float32 on CPU and GPU alike: exact agreement
+CPU = VLLMPolicy(dtype="float32")  # float32 on CPU and GPU alike: exact agreement
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +137,7 @@ def test_weights_that_fail_the_check_are_never_served(served, tmp_path):
 # --- errors that name the fix ---------------------------------------------------------------------
 def setup_error(tmp_path, **policy) -> str:
     save_checkpoint(build_tiny_model(TOK, seed=0), TOK, tmp_path / "m")
-    server = VLLMServer(PolicyConfig(kind="vllm", dtype="float32", **policy), 2048, tmp_path / "log")
+    server = VLLMServer(VLLMPolicy(dtype="float32", **policy), 2048, tmp_path / "log")
     try:
         with pytest.raises(VLLMSetupError) as err:
             server.ensure(tmp_path / "m")

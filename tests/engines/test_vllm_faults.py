@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rao_core.config import load_config
-from rao_core.engines import vllm_server
+from rao_core.engines.scope import engine_scope
 from rao_core.rollout import rollout_round
 
 pytestmark = pytest.mark.vllm
@@ -44,18 +44,20 @@ def rows(path) -> dict[str, dict]:
 
 
 def test_server_killed_mid_rollout_is_restarted_and_the_round_completes(tmp_path, vllm_python):
-    reference = rows(rollout_round(load_config(overrides=[f"runs_dir={tmp_path}", "run_name=ref", *ROUND])))
-    (server,) = vllm_server._SERVERS.values()
-    cfg = load_config(overrides=[f"runs_dir={tmp_path}", "run_name=killed", *ROUND])
-    done = threading.Event()
-    killer = threading.Thread(target=kill_after, args=(server, 20, done))
-    killer.start()
-    try:
-        killed = rows(rollout_round(cfg))
-    finally:
-        done.set()
-        killer.join()
-        vllm_server.stop_all()
+    with engine_scope() as scope:  # one server for both rounds, as in a campaign
+        reference = rows(
+            rollout_round(load_config(overrides=[f"runs_dir={tmp_path}", "run_name=ref", *ROUND]))
+        )
+        (server,) = scope.servers.values()
+        cfg = load_config(overrides=[f"runs_dir={tmp_path}", "run_name=killed", *ROUND])
+        done = threading.Event()
+        killer = threading.Thread(target=kill_after, args=(server, 20, done))
+        killer.start()
+        try:
+            killed = rows(rollout_round(cfg))
+        finally:
+            done.set()
+            killer.join()
     assert server.restarts == 1  # the kill landed mid-rollout, and the server came back once
     assert sorted(killed) == sorted(reference)
     assert not [r for r in killed.values() if r["status"] == "infra_error" or r["tree_status"] != "ok"]

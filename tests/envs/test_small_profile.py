@@ -9,7 +9,7 @@ import pytest
 from datasets import load_dataset
 
 from rao_core.agent.prompts import ChatFraming
-from rao_core.agent.sandbox import shutdown_sandboxes
+from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeRun, TreeSpec
 from rao_core.config import AgentConfig, SandboxConfig
 from rao_core.envs.base import LaunchError
@@ -130,18 +130,9 @@ def run_expert(
     )
     expert = SmallExpert(error_rate=error_rate, give_up_rate=give_up_rate, root_inline_rate=root_inline_rate)
 
-    async def main():
-        try:
-            runs = [
-                TreeRun(TreeSpec(t.task_id, 0, env_from_small_task(t)), expert, CHAT, cfg, SandboxConfig())
-                for t in tasks
-            ]
-            await asyncio.gather(*(r.run() for r in runs))
-            return runs
-        finally:
-            await shutdown_sandboxes()
-
-    return list(zip(tasks, asyncio.run(main()), strict=True)), expert
+    specs = [TreeSpec(t.task_id, 0, env_from_small_task(t)) for t in tasks]
+    runs = asyncio.run(run_trees(specs, expert, CHAT, cfg, SandboxConfig(), concurrency=len(specs)))
+    return list(zip(tasks, runs, strict=True)), expert
 
 
 def root(run: TreeRun):

