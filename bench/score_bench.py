@@ -81,7 +81,7 @@ def child(side: str, run_dir: Path) -> None:
 
 
 def spawn(side: str, run_dir: Path) -> dict:
-    cmd = [sys.executable, __file__, "--child", side, "--run", str(run_dir)]
+    cmd = [sys.executable, __file__, "--child", side, "--run-dir", str(run_dir)]
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 
@@ -91,10 +91,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--child", choices=["sql", "ref"])
-    ap.add_argument("--run", type=Path)
+    ap.add_argument("--run-dir", type=Path)
     args = ap.parse_args()
     if args.child:
-        return child(args.child, args.run)
+        return child(args.child, args.run_dir)
     runs: dict[str, list[dict]] = {"sql": [], "ref": []}
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "bench"

@@ -295,7 +295,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from rao_core.eval.viewer import show_tree
 
-    run_dir = Path(args.run) if args.run else load_config(args.config, args.overrides).run_dir
+    run_dir = Path(args.run_dir) if args.run_dir else load_config(args.config, args.overrides).run_dir
     print(f"tree viewer -> {show_tree(run_dir, args.tree_id, args.round, args.out)}")
     return 0
 
@@ -335,7 +335,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_sql(args: argparse.Namespace) -> int:
     from rao_core.query import sql_main
 
-    return sql_main(args.run, args.query, args.file, args.max_rows)
+    return sql_main(args.run_dir, args.query, args.file, args.max_rows)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -409,7 +409,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("show", help="one execution tree as a standalone HTML page (the tree viewer)")
     p.add_argument("tree_id", help='a tree id; list them with: rao sql "select distinct tree_id from nodes"')
     _config_args(p)
-    p.add_argument("--run", help="run folder (default: the run of --config/--set, runs/default)")
+    p.add_argument("--run-dir", help="run folder (default: the run of --config/--set, runs/default)")
     p.add_argument("--round", type=int, default=None, help="round (default: the latest holding the tree)")
     p.add_argument("--out", help="HTML file to write (default <run>/viewer/round=R/<tree>.html)")
     p.set_defaults(func=cmd_show)
@@ -421,7 +421,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sql", help="query a run's tables (nodes, scores, samples) read-only")
     p.add_argument("query", nargs="?", help="the SQL text")
     p.add_argument("--file", help="read the SQL from a file")
-    p.add_argument("--run", default="runs/default", help="run folder (default runs/default)")
+    p.add_argument("--run-dir", default="runs/default", help="run folder (default runs/default)")
     p.add_argument("--max-rows", type=int, default=50)
     p.set_defaults(func=cmd_sql)
     return parser

@@ -94,7 +94,7 @@ def stage_alone(run: Path, model: Path, out: Path, lora: bool) -> dict:
     """The train stage of round 0 in a fresh process: its peak RSS is the trainer's alone."""
     sets = ["train.gradient_checkpointing=true", "train.max_tokens_per_microbatch=2048",
             "train.steps_per_round=1", "train.lr=3e-6", f"train.lora={str(lora).lower()}"]  # fmt: skip
-    cmd = [sys.executable, "-m", "rao_core.train.stage", "--run", str(run), "--round", "0",
+    cmd = [sys.executable, "-m", "rao_core.train.stage", "--run-dir", str(run), "--round", "0",
            "--model", str(model), "--out", str(out), *[f"--set={s}" for s in sets]]  # fmt: skip
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, text=True)

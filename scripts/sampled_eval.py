@@ -1,7 +1,7 @@
 """Held-out success of two policy versions of a run at the sampling temperature, paired by task.
 
-    .venv/bin/python scripts/sampled_eval.py --run runs/l4 --versions 0 5 --temperature 1 --samples 4
-    .venv/bin/python scripts/sampled_eval.py --run runs/default --versions 0 8 --temperature 0 --samples 1 \
+    .venv/bin/python scripts/sampled_eval.py --run-dir runs/l4 --versions 0 5 --temperature 1 --samples 4
+    .venv/bin/python scripts/sampled_eval.py --run-dir runs/default --versions 0 8 --temperature 0 --samples 1 \
         --difficulty extreme      # greedy, on a tier the campaign does not evaluate every round
 
 Greedy evaluation (the campaign's) scores one deterministic tree per task; RL optimises the policy
@@ -26,14 +26,14 @@ from rao_core.store.parquet import read_partition
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
-        "--run", required=True, help="run folder of a finished or running campaign, e.g. runs/default"
+        "--run-dir", required=True, help="run folder of a finished or running campaign, e.g. runs/default"
     )
     p.add_argument("--versions", type=int, nargs="+", default=[0], help="policy versions (0 = start)")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--samples", type=int, default=4, help="trees per held-out task")
     p.add_argument("--difficulty", default="", help="comma list (default: the run's eval.difficulty)")
     args = p.parse_args()
-    run = Path(args.run)
+    run = Path(args.run_dir)
     overrides = [f"runs_dir={run.parent}", f"run_name={run.name}"]
     overrides += [f"eval.difficulty={args.difficulty}"] if args.difficulty else []
     try:  # --difficulty is checked like the setting it overrides

@@ -51,7 +51,9 @@ def test_switching_between_model_engines_is_free(tmp_path):
     (cfg.run_dir / "data").mkdir()  # a completed stage
     assert campaign.prepare(
         toy_config(tmp_path, "policy.kind=vllm", "policy.vllm_python=/usr/bin/python3")
-    ) == {"policy.kind": ("hf", "vllm")}  # vllm_python is a setting of the vllm engine only: nothing to compare
+    ) == {
+        "policy.kind": ("hf", "vllm")
+    }  # vllm_python is a setting of the vllm engine only: nothing to compare
     with pytest.raises(ConfigError, match="policy.kind"):
         campaign.prepare(toy_config(tmp_path, "policy.kind=scripted"))
 

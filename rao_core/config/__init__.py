@@ -14,23 +14,18 @@ from rao_core.config.loading import (
     save_config,
     to_dict,
 )
+from rao_core.config.policy import ENGINES, HFPolicy, OpenAIPolicy, PolicyConfig, ScriptedPolicy, VLLMPolicy
 from rao_core.config.sections import (
-    ENGINES,
     AgentConfig,
     CampaignConfig,
     EvalConfig,
-    HFPolicy,
     JudgeConfig,
-    OpenAIPolicy,
-    PolicyConfig,
     RolloutConfig,
     RunConfig,
     SandboxConfig,
     ScoringConfig,
-    ScriptedPolicy,
     TrackingConfig,
     TrainConfig,
-    VLLMPolicy,
     WarmStartConfig,
 )
 from rao_core.config.suites import DeepDiveConfig, OolongConfig, TaskConfig, WorldConfig

@@ -11,7 +11,8 @@ from typing import Any
 
 from pydantic.fields import FieldInfo
 
-from rao_core.config.sections import ENGINES, RunConfig
+from rao_core.config.policy import ENGINES
+from rao_core.config.sections import RunConfig
 
 
 @dataclasses.dataclass

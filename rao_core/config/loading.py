@@ -16,7 +16,8 @@ from typing import Any
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
-from rao_core.config.sections import ENGINES, PolicyConfig, RunConfig
+from rao_core.config.policy import ENGINES, PolicyConfig
+from rao_core.config.sections import RunConfig
 
 
 class ConfigError(ValueError):

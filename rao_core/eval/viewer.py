@@ -35,7 +35,7 @@ def _fetch(con: duckdb.DuckDBPyConnection, tree_id: str, round: int | None) -> l
 
 def _not_found(run_dir: str | Path, tree_id: str, round: int | None) -> ValueError:
     where = f"{run_dir}" + ("" if round is None else f" round {round}")
-    return ValueError(f"no tree {tree_id!r} in {where}; list the ids with: {LIST_IDS} --run {run_dir}")
+    return ValueError(f"no tree {tree_id!r} in {where}; list the ids with: {LIST_IDS} --run-dir {run_dir}")
 
 
 def tree_rows(run_dir: str | Path, tree_id: str, round: int | None = None) -> list[dict[str, Any]]:

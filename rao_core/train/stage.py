@@ -8,7 +8,7 @@ finds `out_path` finds a complete checkpoint. Idempotent: a finished `out_path` 
 Data-parallel on several processes (DDP, FSDP, ZeRO-3), launched as its own program:
 
     accelerate launch --config_file configs/accelerate/ddp.yaml -m rao_core.train.stage \
-        --run runs/default --round 3 --model runs/default/checkpoints/version=3 \
+        --run-dir runs/default --round 3 --model runs/default/checkpoints/version=3 \
         --out runs/default/checkpoints/version=4 [--config run.yaml] [--set train.lr=1e-6 ...]
 
 Every rank trains its share; only rank 0 writes the checkpoint, the others wait for it. The campaign
@@ -200,27 +200,7 @@ def _train_and_publish(
             if not write:
                 return metrics
             assert model is not None  # rank 0 always gets the whole model back
-            if cfg.lora:
-                metrics.update(state.adapter_change(before, model), served_dtype="float32 (adapter)")
-                _save_adapter(model, tmp)
-            else:
-                metrics.update(_save_full(model, model_path, origin, tmp))
-            tok.save_pretrained(tmp)
-            cast_parameters(model, torch.float32)  # the served values, computed in float32
-            write_probe(model.eval(), tok, tmp)  # how an engine proves it serves these weights
-            if optimizer_state is not None:
-                (tmp / state.STATE).mkdir(exist_ok=True)
-                torch.save(optimizer_state, tmp / state.STATE / state.OPTIMIZER)
-            del model  # the flow process lives on: hand the GPU memory back before the next stage
-            gc.collect()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            warnings = [state.no_change_warning(metrics, metrics["served_dtype"])]
-            if not cfg.lora and origin is not None and Path(origin).resolve() != model_path.resolve():
-                warnings.append(state.lost_master_warning(model_path, metrics["served_dtype"]))
-            if warning := "; ".join(w for w in warnings if w):
-                log.warning(warning)
-                metrics["warning"] = warning
+            _write_checkpoint(model, tok, model_path, origin, tmp, cfg, metrics, optimizer_state, before)
         metrics["stage_seconds"] = time.perf_counter() - t0
         metrics["peak_rss_mib"] = peak_rss_mib()
         metrics = _publish(tmp, out_path, metrics)
@@ -231,6 +211,35 @@ def _train_and_publish(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _write_checkpoint(
+    model: Any, tok: Any, model_path: Path, origin: Path | None, tmp: Path, cfg: TrainConfig,
+    metrics: dict[str, Any], optimizer_state: dict | None, adapter_before: dict | None,
+) -> None:  # fmt: skip
+    """Into `tmp`: the served copy (or the adapter), the tokenizer, the probe, the trainer state;
+    into `metrics`: how far the round moved the weights, and a warning line when it matters."""
+    if cfg.lora:
+        metrics.update(state.adapter_change(adapter_before, model), served_dtype="float32 (adapter)")
+        model.save_pretrained(tmp)  # the adapter alone (peft's folder), naming its base by absolute path
+    else:
+        metrics.update(_save_full(model, model_path, origin, tmp))
+    tok.save_pretrained(tmp)
+    cast_parameters(model, torch.float32)  # the served values, computed in float32
+    write_probe(model.eval(), tok, tmp)  # how an engine proves it serves these weights
+    if optimizer_state is not None:
+        (tmp / state.STATE).mkdir(exist_ok=True)
+        torch.save(optimizer_state, tmp / state.STATE / state.OPTIMIZER)
+    del model  # the flow process lives on: hand the GPU memory back before the next stage
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    warnings = [state.no_change_warning(metrics, metrics["served_dtype"])]
+    if not cfg.lora and origin is not None and Path(origin).resolve() != model_path.resolve():
+        warnings.append(state.lost_master_warning(model_path, metrics["served_dtype"]))
+    if warning := "; ".join(w for w in warnings if w):
+        log.warning(warning)
+        metrics["warning"] = warning
 
 
 def _save_full(model: Any, model_path: Path, origin: Path | None, tmp: Path) -> dict[str, Any]:
@@ -252,11 +261,6 @@ def cast_parameters(model: Any, dtype: torch.dtype) -> None:
     engine loading the checkpoint computes them afresh in float32."""
     for p in model.parameters():
         p.data = p.data.to(dtype)
-
-
-def _save_adapter(model: Any, tmp: Path) -> None:
-    """The adapter alone (peft's folder, float32), naming its base by absolute path."""
-    model.save_pretrained(tmp)
 
 
 def gpu_free() -> dict[str, float]:
@@ -311,7 +315,7 @@ def launch_round(
     with tempfile.TemporaryDirectory(prefix="rao-launch-") as tmp:
         conf = Path(tmp) / "run.yaml"
         conf.write_text(yaml.safe_dump({"train": {**dataclasses.asdict(cfg), "accelerate_config": ""}}))
-        cmd += ["-m", "rao_core.train.stage", "--run", str(run_dir), "--round", str(round)]
+        cmd += ["-m", "rao_core.train.stage", "--run-dir", str(run_dir), "--round", str(round)]
         cmd += ["--model", str(model_path), "--out", str(out_path), "--config", str(conf)]
         cmd += ["--origin", str(origin)] if origin else []
         cmd += ["--tokenizer", str(tokenizer)] if tokenizer else []
@@ -328,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
     from rao_core.config import load_config
 
     p = argparse.ArgumentParser(prog="python -m rao_core.train.stage", description=__doc__.split("\n")[0])
-    p.add_argument("--run", required=True, type=Path, help="the run folder (rollouts and scores)")
+    p.add_argument("--run-dir", required=True, type=Path, help="the run folder (rollouts and scores)")
     p.add_argument("--round", required=True, type=int, help="the scored round to train on")
     p.add_argument("--model", required=True, type=Path, help="checkpoint of policy version `round`")
     p.add_argument("--out", required=True, type=Path, help="where policy version round+1 is written")
@@ -343,7 +347,7 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     cfg = load_config(a.config, a.set).train
-    metrics = train_round(a.run, a.round, a.model, a.out, cfg, a.origin, a.tokenizer)
+    metrics = train_round(a.run_dir, a.round, a.model, a.out, cfg, a.origin, a.tokenizer)
     if world()[0] == 0:
         print(json.dumps({k: v for k, v in metrics.items() if k != "config"}, default=str))
 

@@ -154,16 +154,16 @@ def test_scores_show_once_the_round_is_scored(run_dir, tmp_path):
 def test_cli_show_writes_the_page_and_rejects_unknown_ids(run_dir, tmp_path, capsys):
     tree = first_tree(run_dir)
     out = tmp_path / "page.html"
-    assert main(["show", tree, "--run", str(run_dir), "--out", str(out)]) == 0
+    assert main(["show", tree, "--run-dir", str(run_dir), "--out", str(out)]) == 0
     assert f"<title>RAO tree {tree}</title>" in out.read_text()
     assert main(["show", tree, "--set", f"runs_dir={run_dir.parent}"]) == 0  # the run of a config
     assert (run_dir / "viewer" / "round=0" / page_name(tree)).is_file()
-    assert main(["show", "no/such-tree", "--run", str(run_dir)]) == 2
+    assert main(["show", "no/such-tree", "--run-dir", str(run_dir)]) == 2
     err = capsys.readouterr().err.strip()
     assert (
         "\n" not in err and "'no/such-tree'" in err and 'rao sql "select distinct tree_id from nodes"' in err
     )
-    assert main(["show", tree, "--run", str(run_dir), "--round", "5"]) == 2  # right id, wrong round
+    assert main(["show", tree, "--run-dir", str(run_dir), "--round", "5"]) == 2  # right id, wrong round
 
 
 def test_sample_is_deterministic_and_spread(run_dir, tmp_path):

