@@ -96,13 +96,13 @@ def parse_verdict(text: str) -> dict:
     return {"success": success, "score": float(score), "reason": reason}
 
 
-def make_verdict(raw: str, judge: str) -> Verdict:
+def make_verdict(raw: str, judge: str, rubric: str = RUBRIC_VERSION) -> Verdict:
     """A Verdict from a judge's raw text; a malformed one is a failure that keeps the raw text."""
     try:
         v = parse_verdict(raw)
     except VerdictError as e:
         v = {"success": False, "score": 0.0, "reason": f"malformed verdict: {e}", "raw": raw[:MAX_RAW_CHARS]}
-    v |= {"judge": judge, "rubric": RUBRIC_VERSION}
+    v |= {"judge": judge, "rubric": rubric}
     return Verdict(v["score"] if v["success"] else 0.0, json.dumps(v))
 
 
@@ -117,8 +117,16 @@ def error_verdict(error: BaseException, judge: str = "") -> Verdict:
     return Verdict(0.0, json.dumps(v | {"judge": judge, "rubric": RUBRIC_VERSION}))
 
 
-def cache_key(judge: str, goal: str, answer: str, reference: str | None) -> str:
-    text = json.dumps([RUBRIC_VERSION, judge, goal, answer, reference])
+def rubric_version(rubric: str) -> str:
+    """The built-in rubric's name, or a digest of a rubric of your own (judge.rubric): a changed
+    rubric never reuses the old one's cached verdicts."""
+    return (
+        RUBRIC_VERSION if rubric == RUBRIC else "sha256-" + hashlib.sha256(rubric.encode()).hexdigest()[:16]
+    )
+
+
+def cache_key(judge: str, goal: str, answer: str, reference: str | None, rubric: str = RUBRIC_VERSION) -> str:
+    text = json.dumps([rubric, judge, goal, answer, reference])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -181,24 +189,27 @@ class JudgeCache:
 class Judge(ABC):
     """judge(goal, answer, reference) -> Verdict; subclasses write only `reply` (the raw text)."""
 
-    def __init__(self, name: str, cache: JudgeCache | None = None, attempts: int = 3) -> None:
+    def __init__(
+        self, name: str, cache: JudgeCache | None = None, attempts: int = 3, rubric: str = RUBRIC
+    ) -> None:
         self.name = name  # the judge model's identity: part of the cache key and of every verdict
         self.cache = cache
         self.attempts = attempts
+        self.rubric, self.rubric_version = rubric, rubric_version(rubric)
 
     @abstractmethod
     async def reply(self, goal: str, answer: str, reference: str | None) -> str:
         """The judge's raw verdict text."""
 
     async def judge(self, goal: str, answer: str, reference: str | None = None) -> Verdict:
-        key = cache_key(self.name, goal, answer, reference)
+        key = cache_key(self.name, goal, answer, reference, self.rubric_version)
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             return dataclasses.replace(hit, cached=True)
         try:
             raw = await retrying(self.attempts)(self.reply, goal, answer, reference)
         except Exception as e:  # not cached: the next call may succeed
             raise JudgeError(f"{self.name}: {type(e).__name__}: {e}") from e
-        verdict = make_verdict(raw, self.name)
+        verdict = make_verdict(raw, self.name, self.rubric_version)
         if self.cache is not None:
             await self.cache.put(key, verdict)
         return verdict
@@ -251,13 +262,14 @@ class ModelJudge(Judge):
         temperature: float = 0.0,
         cache: JudgeCache | None = None,
         attempts: int = 3,
+        rubric: str = RUBRIC,
     ) -> None:
-        super().__init__(name, cache, attempts)
+        super().__init__(name, cache, attempts, rubric)
         self.engine, self.chat = engine, ChatFraming(tokenizer)
         self.max_new_tokens, self.temperature = max_new_tokens, temperature
 
     async def reply(self, goal: str, answer: str, reference: str | None) -> str:
-        ids = self.chat.initial_ids(RUBRIC, judge_prompt(goal, answer, reference))
+        ids = self.chat.initial_ids(self.rubric, judge_prompt(goal, answer, reference))
         request = GenerationRequest(ids, self.max_new_tokens, (), None, self.temperature)  # type: ignore[arg-type]
         return (await self.engine.generate(request)).text
 
@@ -300,4 +312,7 @@ def build_judge(cfg: JudgeConfig, run_dir: str | Path | None) -> Judge | None:
             else HFPolicy(model=path)
         )
         engine = build_engine(policy, tokenizer, role="judge")
-    return ModelJudge(engine, tokenizer, name, cfg.max_new_tokens, cfg.temperature, cache, cfg.retries)
+    rubric = Path(cfg.rubric).read_text() if cfg.rubric else RUBRIC
+    return ModelJudge(
+        engine, tokenizer, name, cfg.max_new_tokens, cfg.temperature, cache, cfg.retries, rubric
+    )

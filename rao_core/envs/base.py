@@ -1,15 +1,21 @@
-"""The small interface every task suite implements.
+"""The small interface every task suite implements: a `Suite` makes a run's tasks and turns each
+into an `Environment`, one per node.
 
 The agent runtime knows nothing about crafting or search: it asks the environment which tools the
 REPL exposes, how a child's environment is forked from its parent's, and whether a node succeeded.
+Built-in and user suites come in through the same door (rao_core/envs/registry.py): an import
+path (`suite: mypkg.tasks:MySuite`) or the `rao.suites` entry-point group. docs/own-task.md.
 """
 
 from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from pydantic import BaseModel
 
 
 class LaunchError(ValueError):
@@ -34,7 +40,9 @@ class Environment(ABC):
 
     @abstractmethod
     def tools(self) -> dict[str, Callable[..., Any]]:
-        """Synchronous tools callable from a cell with JSON arguments; they return JSON values."""
+        """Tools callable from a cell with JSON arguments; they return JSON values. An `async def`
+        tool is awaited on the event loop; a plain function runs in a worker thread (a bounded
+        pool, sandbox.tool_threads), so a slow tool delays only the node that called it."""
 
     @abstractmethod
     def tool_docs(self, recursive: bool) -> str:
@@ -44,9 +52,13 @@ class Environment(ABC):
     def fork(self, *args: Any, **kwargs: Any) -> Environment:
         """A child's environment from the arguments of `launch_subagent`; raises LaunchError."""
 
+    # The forks of one tree share mutable state (TextCraft's inventory): their plain tools then take
+    # turns, in the order the calls arrive, so a tree stays the same whatever the threads do.
+    shared_state: bool = False
+
     @abstractmethod
-    def success(self, finished: bool, finish_message: str) -> float:
-        """s(X) in [0, 1] for the node that owns this environment."""
+    def success(self, finished: bool, finish_message: str) -> float | Awaitable[float]:
+        """s(X) in [0, 1] for the node that owns this environment (may be `async def`)."""
 
     def judge_inputs(self, finished: bool, finish_message: str) -> dict[str, str] | None:
         """For a node with no exact verifier (a sub-agent in the Oolong or DeepDive suites): what a
@@ -71,3 +83,71 @@ def select_tasks(tasks: list, split: str, difficulties: list[str], n: int, seed:
     if n >= len(pool):
         return pool
     return random.Random(seed).sample(pool, n)
+
+
+class Task(Protocol):
+    """What the runtime reads of a suite's task; the suite keeps whatever else it needs on it."""
+
+    task_id: str
+    split: str
+    difficulty: str
+
+
+class Suite(ABC):
+    """A task suite: synthesizes (or reads) a run's tasks once into its data folder, then makes
+    each task's root Environment. The runtime builds it as `Suite(cfg, args)`, calls `synthesize`
+    when one of `files` is missing from the data folder, then `open`."""
+
+    # The data files `synthesize` writes: all present means the run's data is complete.
+    files: ClassVar[tuple[str, ...]] = ("train.parquet", "val.parquet")
+    # Labels the suite declares: rollout.split / eval.split and the difficulty lists must use them,
+    # and reports order difficulties as listed here.
+    splits: ClassVar[tuple[str, ...]] = ("train", "val")
+    difficulties: ClassVar[tuple[str, ...]] = ("easy", "medium", "hard", "extreme")
+    # The model of `suite_args` (pydantic; forbid extra keys); None: the suite takes no arguments.
+    Args: ClassVar[type[BaseModel] | None] = None
+    # Configuration defaults of the suite (YAML-shaped layers), applied under the user's YAML and
+    # --set: the agent profile and the settings a suite is meant to run with.
+    profile: ClassVar[tuple[dict, ...]] = ()
+
+    def __init__(self, cfg: Any, args: Any = None) -> None:
+        self.cfg, self.args = cfg, args
+        self.dir = Path()
+
+    @classmethod
+    def labels(cls, args: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(splits, difficulties) this suite can serve with these arguments (a dataset's come from
+        its rows)."""
+        return cls.splits, cls.difficulties
+
+    @classmethod
+    def defaults(cls, args: Any) -> list[dict]:
+        """The configuration layers of this suite with these arguments (default: `profile`)."""
+        return list(cls.profile)
+
+    @classmethod
+    def check(cls, cfg: Any, args: Any) -> None:
+        """Rules between the suite's arguments and the rest of the configuration, checked at load
+        (`rao train --check`); raise ValueError with one line naming the key."""
+        return None
+
+    @abstractmethod
+    def synthesize(self, out: Path) -> None:
+        """Write `files` into `out` (each atomically: rao_core/store/files.py)."""
+
+    def open(self, data_dir: Path) -> None:
+        """Read what `synthesize` wrote (called once, before `tasks` and `env`)."""
+        self.dir = data_dir
+
+    @abstractmethod
+    def tasks(self, split: str) -> list[Task]:
+        """Every task of one split."""
+
+    @abstractmethod
+    def env(self, task: Any) -> Environment:
+        """The root environment of a task (a fresh one per tree)."""
+
+    def expert(self) -> Any:
+        """A scripted expert policy (rao_core/agent/policy.py) for `policy.kind=scripted` and the
+        warm start's demonstrations; None when the suite has none."""
+        return None

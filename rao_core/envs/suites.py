@@ -1,6 +1,6 @@
-"""Task suites behind one door: synthesize a run's data once, then load tasks, environments and
-the suite's scripted expert from the run's data folder. The rollout and evaluation stages only
-talk to this."""
+"""The built-in task suites, and `open_suite`, the one door every stage uses: the suite a run
+names (built-in or a user's, rao_core/envs/registry.py) synthesizes the run's data once, then
+serves tasks, environments and its scripted expert from the run's data folder."""
 
 from __future__ import annotations
 
@@ -9,21 +9,40 @@ from typing import Any
 
 from rao_core.agent.policy import Policy
 from rao_core.config import RunConfig
-from rao_core.envs.base import Environment
+from rao_core.envs.base import Environment, Suite
+from rao_core.envs.registry import check_suite, suite_args, suite_class
+
+# TextCraft-Synth's small profile is the embedded default (the defaults in rao_core/config). The
+# other suites need an instruction-following LLM; their profile is the paper's reference agent with
+# the scripted expert as the policy (a model is a `policy.kind`/`policy.model` away), plus each
+# suite's paper setup. A value the user sets always wins.
+REFERENCE_PROFILE: dict[str, dict] = {
+    "agent": {
+        "reply_format": "thought_python",
+        "max_context_tokens": 8192,
+        "max_new_tokens": 512,
+        "max_steps": 25,
+    },
+    "policy": {"kind": "scripted", "model": "tiny"},
+    "rollout": {"difficulty": "medium", "num_tasks": 8, "group_size": 4},
+    "eval": {"difficulty": "easy,medium,hard"},
+    "train": {"lr": 3e-6, "steps_per_round": 1},
+}
 
 
-class TextCraftData:
+class TextCraftData(Suite):
     """TextCraft-Synth, reference profile: one world per run, the paper's tools."""
 
     files = ("world.json", "train.parquet", "val.parquet")
+    profile = (REFERENCE_PROFILE,)
 
-    @staticmethod
-    def synthesize(cfg: RunConfig, out: Path) -> None:
+    def synthesize(self, out: Path) -> None:
         from rao_core.envs.textcraft import synthesize
 
+        cfg = self.cfg
         synthesize(cfg.world, cfg.tasks, out)
 
-    def __init__(self, data_dir: Path) -> None:
+    def open(self, data_dir: Path) -> None:
         from rao_core.envs.textcraft import World
 
         self.dir = data_dir
@@ -39,29 +58,25 @@ class TextCraftData:
 
         return env_from_task(self.world, task)
 
-    def expert(self, cfg: RunConfig) -> Policy:
+    def expert(self) -> Policy:
         from rao_core.envs.textcraft.expert import TextCraftExpert
 
+        cfg = self.cfg
         return TextCraftExpert(
             self.world, cfg.policy.error_rate, cfg.policy.latency_s, reply_format=cfg.agent.reply_format
         )
 
 
-class TextCraftSmallData:
+class TextCraftSmallData(Suite):
     """TextCraft-Synth, small-model profile: a fresh tiny world per task, one-name actions."""
 
-    files = ("train.parquet", "val.parquet")
-
-    @staticmethod
-    def synthesize(cfg: RunConfig, out: Path) -> None:
+    def synthesize(self, out: Path) -> None:
         from rao_core.envs.textcraft.small import make_small_tasks, write_small_tasks
 
+        cfg = self.cfg
         for split in ("train", "val"):
             tasks = make_small_tasks(cfg.tasks.small_tasks_per_difficulty, split, seed=cfg.tasks.seed)
             write_small_tasks(tasks, out / f"{split}.parquet")
-
-    def __init__(self, data_dir: Path) -> None:
-        self.dir = data_dir
 
     def tasks(self, split: str) -> list[Any]:
         from rao_core.envs.textcraft.small import load_small_tasks
@@ -73,26 +88,24 @@ class TextCraftSmallData:
 
         return env_from_small_task(task)
 
-    def expert(self, cfg: RunConfig) -> Policy:
+    def expert(self) -> Policy:
         from rao_core.envs.textcraft.small_expert import SmallExpert
 
+        cfg = self.cfg
         return SmallExpert(cfg.policy.error_rate, cfg.policy.latency_s)
 
 
-class OolongData:
+class OolongData(Suite):
     """Oolong-style long-context aggregation: synthetic session transcripts by length bucket (val:
     the real oolong-real rows when oolong.real_path is set), the chunk-and-delegate expert."""
 
-    files = ("train.parquet", "val.parquet")
+    profile = (REFERENCE_PROFILE, {"scoring": {"lam": 0.4}, "agent": {"max_depth": 2}})
 
-    @staticmethod
-    def synthesize(cfg: RunConfig, out: Path) -> None:
+    def synthesize(self, out: Path) -> None:
         from rao_core.envs.oolong import synthesize
 
+        cfg = self.cfg
         synthesize(cfg.oolong, out)
-
-    def __init__(self, data_dir: Path) -> None:
-        self.dir = data_dir
 
     def tasks(self, split: str) -> list[Any]:
         from rao_core.envs.oolong import load_tasks
@@ -104,9 +117,10 @@ class OolongData:
 
         return env_from_task(task)
 
-    def expert(self, cfg: RunConfig) -> Policy:
+    def expert(self) -> Policy:
         from rao_core.envs.oolong.expert import OolongExpert
 
+        cfg = self.cfg
         a = cfg.agent
         return OolongExpert(
             cfg.oolong.chunk_chars, a.max_children, a.max_steps, cfg.policy.error_rate, cfg.policy.latency_s,
@@ -114,19 +128,20 @@ class OolongData:
         )  # fmt: skip
 
 
-class DeepDiveData:
+class DeepDiveData(Suite):
     """DeepDive-style deep search: a seeded knowledge graph as a local web (BM25 search), multi-hop
     questions by hops (or the real rows from deepdive.real_path), the hop-by-hop expert."""
 
     files = ("settings.json", "graph.json", "pages.parquet", "train.parquet", "val.parquet")
+    profile = (REFERENCE_PROFILE, {"agent": {"max_depth": 4}})
 
-    @staticmethod
-    def synthesize(cfg: RunConfig, out: Path) -> None:
+    def synthesize(self, out: Path) -> None:
         from rao_core.envs.deepdive import synthesize
 
+        cfg = self.cfg
         synthesize(cfg.deepdive, out)
 
-    def __init__(self, data_dir: Path) -> None:
+    def open(self, data_dir: Path) -> None:
         from rao_core.envs.deepdive import open_world
 
         self.dir = data_dir
@@ -142,31 +157,36 @@ class DeepDiveData:
 
         return env_from_task(self.world, task)
 
-    def expert(self, cfg: RunConfig) -> Policy:
+    def expert(self) -> Policy:
         from rao_core.envs.deepdive.expert import DeepDiveExpert
 
+        cfg = self.cfg
         return DeepDiveExpert(
             self.world.graph, cfg.policy.error_rate, cfg.policy.latency_s, reply_format=cfg.agent.reply_format
         )
 
 
-SUITES: dict[str, type] = {
-    "textcraft": TextCraftData,
-    "textcraft-small": TextCraftSmallData,
-    "oolong": OolongData,
-    "deepdive": DeepDiveData,
-}
+def make_suite(cfg: RunConfig) -> Suite:
+    """The configured suite, its arguments validated and the labels the run uses checked
+    (SuiteError, one line)."""
+    cls = suite_class(cfg.suite)
+    args = suite_args(cls, cfg.suite_args)
+    check_suite(cls, args, cfg)
+    return cls(cfg, args)
 
 
-def data_dir(cfg: RunConfig) -> Path:
-    return cfg.layout.data(cfg.suite)
-
-
-def open_suite(cfg: RunConfig):
+def open_suite(cfg: RunConfig) -> Suite:
     """Synthesize the run's data if it is missing (atomically per file), then open it."""
-    suite = SUITES[cfg.suite]
-    out = data_dir(cfg)
+    suite = make_suite(cfg)
+    out = cfg.layout.data(cfg.suite)
     if not all((out / f).is_file() for f in suite.files):
         out.mkdir(parents=True, exist_ok=True)
-        suite.synthesize(cfg, out)
-    return suite(out)
+        suite.synthesize(out)
+    suite.open(out)
+    return suite
+
+
+def difficulty_order(cfg: RunConfig) -> tuple[str, ...]:
+    """The suite's difficulty labels in its own order (for reports)."""
+    cls = suite_class(cfg.suite)
+    return cls.labels(suite_args(cls, cfg.suite_args))[1]

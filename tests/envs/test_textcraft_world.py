@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from rao_core.config import DIFFICULTIES, TaskConfig, WorldConfig
+from rao_core.config import TaskConfig, WorldConfig
 from rao_core.envs.base import select_tasks
 from rao_core.envs.textcraft import (
     World,
@@ -21,6 +21,7 @@ from rao_core.envs.textcraft import (
     tree_needs,
     write_tasks,
 )
+from rao_core.envs.textcraft.tasks import DIFFICULTIES
 
 TOY = WorldConfig(seed=1, domains=2, max_tier=6, items_per_tier=6, cross_domain_items=0)
 TALL = WorldConfig(seed=3, domains=3, max_tier=12, items_per_tier=5, cross_domain_items=4)

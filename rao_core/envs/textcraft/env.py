@@ -85,6 +85,7 @@ print(craft({k: v * 2 for k, v in r["ingredients"].items()}, ("m0_i2_1", 2 * r["
 
 class TextCraftEnv(Environment):
     suite = "textcraft"
+    shared_state = True  # one inventory per tree
 
     def __init__(self, world: World, inventory: Inventory, targets: dict[str, int], context: str = ""):
         self.world = world

@@ -209,6 +209,7 @@ class SmallEnv(Environment):
     launch_tool = "sub"
     launch_async = False  # a blocking call: one child at a time, which is all this profile needs
     repl_echo = True  # a bare `info('e73')` cell prints its result
+    shared_state = True  # one inventory per tree
 
     def __init__(self, world: SmallWorld, inventory: Inventory, target: str) -> None:
         self.world, self.inventory, self.target = world, inventory, target

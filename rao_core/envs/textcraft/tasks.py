@@ -15,11 +15,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rao_core.config import DIFFICULTIES, TaskConfig, WorldConfig
+from rao_core.config import TaskConfig, WorldConfig
 from rao_core.envs.textcraft.solver import simulate, solve, tree_needs
 from rao_core.envs.textcraft.world import World, generate_world
 from rao_core.store.files import atomic_write
 
+DIFFICULTIES = {"easy": (2, 3), "medium": (4, 6), "hard": (7, 9), "extreme": (10, 12)}  # -> tiers
 COLUMNS = ("task_id", "target", "count", "difficulty", "depth", "split", "inventory", "gold_plan")
 
 

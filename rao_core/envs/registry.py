@@ -1,0 +1,135 @@
+"""Finding a suite by name: one door for ours and for a user's.
+
+    suite: textcraft-small           # a name registered in the `rao.suites` entry-point group
+    suite: mypkg.tasks:MySuite       # an import path, module:attribute (no install needed)
+
+Our suites register under `rao.suites` in pyproject.toml, exactly as an installed package of
+tasks would in its own. Every failure is one line that names what was wrong: ConfigError when it
+comes from a configuration.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from importlib.metadata import entry_points
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from rao_core.envs.base import Suite
+
+GROUP = "rao.suites"
+
+
+class SuiteError(ValueError):
+    """A suite that cannot be found or used: one line naming the suite and what is wrong."""
+
+
+def registered() -> dict[str, str]:
+    """Registered suite names -> their import paths (installed packages included)."""
+    return {ep.name: ep.value for ep in entry_points(group=GROUP)}
+
+
+def import_object(path: str, what: str) -> Any:
+    """`module:attribute` (dots allowed in both) -> the object; SuiteError naming `what` otherwise."""
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise SuiteError(f"{what}: {path!r}: expected module:attribute, e.g. mypkg.tasks:MySuite")
+    if (
+        os.getcwd() not in sys.path
+    ):  # `rao` is a console script: make ./mypkg importable, as `python -m` would
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise SuiteError(f"{what}: {path!r}: cannot import {module_name}: {e}") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise SuiteError(f"{what}: {path!r}: module {module_name} has no {attr}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def suite_class(name: str) -> type[Suite]:
+    """The Suite class a `suite` value names, checked for the interface."""
+    if ":" in name:
+        cls = import_object(name, "suite")
+    else:
+        known = registered()
+        if name not in known:
+            raise SuiteError(
+                f"suite: {name!r}: not a registered suite ({', '.join(sorted(known))}); a suite of "
+                "your own is named by import path, module:Class"
+            )
+        cls = import_object(known[name], "suite")
+    if not (isinstance(cls, type) and issubclass(cls, Suite)):
+        raise SuiteError(f"suite: {name!r}: {cls!r} is not a subclass of rao_core.envs.base.Suite")
+    missing = sorted(getattr(cls, "__abstractmethods__", ()))
+    if missing:
+        raise SuiteError(f"suite: {name!r}: {cls.__name__} does not implement {', '.join(missing)}")
+    return cls
+
+
+def suite_args(cls: type[Suite], raw: dict[str, Any]) -> BaseModel | None:
+    """`suite_args` validated by the suite's own model (one line naming the key on failure)."""
+    if cls.Args is None:
+        if raw:
+            raise SuiteError(f"suite_args: {cls.__name__} takes no arguments (got {', '.join(sorted(raw))})")
+        return None
+    try:
+        return cls.Args.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        key = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "missing":
+            return _raise(f"suite_args.{key}: required by {cls.__name__}")
+        if err["type"] == "extra_forbidden":
+            known = ", ".join(cls.Args.model_fields)
+            return _raise(f"suite_args.{key}: not a setting of {cls.__name__} (it has: {known})")
+        return _raise(f"suite_args.{key}: {err.get('input')!r}: {err['msg']}")
+
+
+def _raise(message: str) -> Any:
+    raise SuiteError(message)
+
+
+def check_suite(cls: type[Suite], args: Any, cfg: Any) -> None:
+    """The splits and difficulties the configuration uses are ones the suite declares, and the
+    suite's own rules hold (Suite.check)."""
+    try:
+        splits, difficulties = cls.labels(args)
+        cls.check(cfg, args)
+    except SuiteError:
+        raise
+    except ValueError as e:
+        raise SuiteError(str(e)) from None
+    for key, values in labels_used(cfg).items():
+        allowed = splits if key.endswith("split") else difficulties
+        bad = [v for v in values if v not in allowed]
+        if bad:
+            raise SuiteError(
+                f"{key}: {bad[0]!r}: not a {'split' if key.endswith('split') else 'difficulty'} of "
+                f"{cls.__name__} (it has: {', '.join(allowed)})"
+            )
+
+
+def suite_defaults(cls: type[Suite], args: Any) -> list[dict]:
+    """The suite's configuration layers (SuiteError when the suite cannot say, e.g. unreadable data)."""
+    try:
+        return cls.defaults(args)
+    except SuiteError:
+        raise
+    except ValueError as e:
+        raise SuiteError(str(e)) from None
+
+
+def labels_used(cfg: Any) -> dict[str, list[str]]:
+    """The splits and difficulties a run configuration asks of its suite, by key."""
+    return {
+        "rollout.split": [cfg.rollout.split],
+        "eval.split": [cfg.eval.split],
+        "rollout.difficulty": list(cfg.rollout.difficulty),
+        "eval.difficulty": list(cfg.eval.difficulty),
+    }
