@@ -173,9 +173,7 @@ def cmd_warmstart(args: argparse.Namespace) -> int:
         print(yaml.safe_dump({"warmstart": to_dict(cfg)["warmstart"]}, sort_keys=False), end="")
         return 0
     command = shlex.join(["rao", *sys.argv[1:]]) if sys.argv[1:2] == ["warmstart"] else shlex.join(sys.argv)
-    run_warmstart(
-        cfg.warmstart, Path(args.out), command, Path(args.ship) if args.ship else None, args.eval_only
-    )
+    run_warmstart(cfg, Path(args.out), command, Path(args.ship) if args.ship else None, args.eval_only)
     return 0
 
 

@@ -81,9 +81,10 @@ def stage_warm_start(cfg: RunConfig, progress: bool = False) -> Path:
     path = initial_model(cfg)
     note_stage(cfg.run_dir, "warm start")
     if cfg.policy.model == "warmstart" and not cfg.layout.warmstart_complete():
+        from rao_core.envs.suites import open_suite
         from rao_core.train.warmstart import warm_start
 
-        warm_start(cfg.warmstart, cfg.layout.warmstart, progress=progress)
+        warm_start(cfg.warmstart, cfg.layout.warmstart, open_suite(cfg), progress=progress)
     return path
 
 

@@ -5,7 +5,7 @@ Kept apart from sections.py, which holds the sections of the RL run itself.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import Field, model_validator
 
@@ -14,9 +14,10 @@ from rao_core.config.types import Float, Int, opt, section
 
 @section
 class WarmStartConfig:
-    """The warm start trained inside a run (`policy.model=warmstart`) or by `rao warmstart`: SFT of
-    the tiny model on the small profile's scripted expert (docs/small-profile.md). The shipped
-    checkpoint's COMMAND overrides only give_up_rate."""
+    """The warm start trained inside a run (`policy.model=warmstart`) or by `rao warmstart`: SFT on
+    the suite's scripted expert (or on `demonstrations`), of a fresh tiny model or of `init_model`
+    (docs/small-profile.md, docs/own-task.md). The shipped checkpoint's COMMAND overrides only
+    give_up_rate."""
 
     seed: Int = opt(0, "seed of the model init, the training worlds and the data order")
     hidden: Int = opt(128, "model width (0.5-2M parameters train fastest per minute on 2 cores)", ge=32)
@@ -30,13 +31,19 @@ class WarmStartConfig:
         "fine-tune this checkpoint (a shipped name or a local folder) instead of a fresh model; the "
         "model settings above and the copy drill are then unused",
     )
+    demonstrations: str = opt(
+        "",
+        "a Parquet file or folder of trees in the nodes schema (e.g. <run>/rollouts/round=0 of a "
+        "scripted or stronger policy) to learn from instead of the suite's expert; its token ids must "
+        "be the model's tokenizer's",
+    )
     recursive_episodes: Int = opt(2500, "expert trees in the recursive shape (several nodes each)", ge=0)
     flat_episodes: Int = opt(4000, "expert trees in the flat shape (one node each)", ge=0)
     recursive_tiers: list[Annotated[Int, Field(ge=1, le=6)]] = opt(
-        [2, 3, 3, 4], "target tiers of recursive trees, sampled uniformly", min_length=1
+        [2, 3, 3, 4], "textcraft-small: target tiers of recursive trees, sampled uniformly", min_length=1
     )
     flat_tiers: list[Annotated[Int, Field(ge=1, le=6)]] = opt(
-        [1, 2, 2, 2, 3], "target tiers of flat trees, sampled uniformly", min_length=1
+        [1, 2, 2, 2, 3], "textcraft-small: target tiers of flat trees, sampled uniformly", min_length=1
     )
     error_rate: Float = opt(
         0.04, "expert slips per turn (each followed by its repair; slips get no loss)", ge=0, le=1
@@ -71,8 +78,8 @@ class WarmStartConfig:
     )
     weight_decay: Float = opt(0.0, "AdamW weight decay", ge=0)
     eval_tasks: Int = opt(100, "held-out tasks per difficulty and mode (0: skip evaluation)", ge=0)
-    eval_difficulties: list[Literal["easy", "medium", "hard", "extreme"]] = opt(
-        ["easy", "medium", "hard", "extreme"], "difficulties to evaluate", min_length=1
+    eval_difficulties: list[str] = opt(
+        [], "difficulties to evaluate (the suite's labels; empty: all of them)"
     )
     eval_seed: Int = opt(0, "seed of the held-out task sample")
     max_concurrent_trees: Int = opt(64, "trees in flight at once (expert data and evaluation)", ge=1)

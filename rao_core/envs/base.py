@@ -151,3 +151,21 @@ class Suite(ABC):
         """A scripted expert policy (rao_core/agent/policy.py) for `policy.kind=scripted` and the
         warm start's demonstrations; None when the suite has none."""
         return None
+
+    # -- the warm start (rao_core/train/warmstart.py); the defaults suit most suites ---------------
+    def demonstrator(self, ws: Any) -> Any:
+        """The policy whose trees the warm start learns from (warmstart.* settings `ws`): the
+        expert. It may record its deliberate slips as `mistakes` (node id -> turns), kept out of
+        the loss."""
+        return self.expert()
+
+    def demonstration_tasks(self, ws: Any, mode: str, n: int, rng: random.Random) -> list[Task]:
+        """n training tasks for the warm start's expert trees of one shape (recursive or flat)."""
+        pool = self.tasks(self.cfg.rollout.split)
+        return [rng.choice(pool) for _ in range(n)] if pool else []
+
+    def held_out_tasks(self, difficulties: tuple[str, ...], n: int, seed: int) -> list[Task]:
+        """n held-out tasks (eval.split) per difficulty, seeded, for the warm start's evaluation."""
+        split = self.cfg.eval.split
+        pool = self.tasks(split)
+        return [t for d in difficulties for t in select_tasks(pool, split, [d], n, seed)]

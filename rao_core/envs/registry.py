@@ -132,4 +132,5 @@ def labels_used(cfg: Any) -> dict[str, list[str]]:
         "eval.split": [cfg.eval.split],
         "rollout.difficulty": list(cfg.rollout.difficulty),
         "eval.difficulty": list(cfg.eval.difficulty),
+        "warmstart.eval_difficulties": list(cfg.warmstart.eval_difficulties),
     }

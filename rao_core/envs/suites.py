@@ -4,6 +4,7 @@ serves tasks, environments and its scripted expert from the run's data folder.""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,26 @@ class TextCraftSmallData(Suite):
         cfg = self.cfg
         return SmallExpert(cfg.policy.error_rate, cfg.policy.latency_s)
 
+    # The warm start samples a fresh world per tree at the tiers warmstart.*_tiers name, and an
+    # expert with the warm start's slip, give-up and inline-root rates (docs/small-profile.md).
+    def demonstrator(self, ws: Any) -> Policy:
+        from rao_core.envs.textcraft.small_expert import SmallExpert
+
+        return SmallExpert(
+            error_rate=ws.error_rate, give_up_rate=ws.give_up_rate, root_inline_rate=ws.root_inline_rate
+        )
+
+    def demonstration_tasks(self, ws: Any, mode: str, n: int, rng: random.Random) -> list[Any]:
+        from rao_core.envs.textcraft.small import make_small_task, train_seed
+
+        tiers = ws.recursive_tiers if mode == "recursive" else ws.flat_tiers
+        return [make_small_task(train_seed(rng), rng.choice(tiers), "train") for _ in range(n)]
+
+    def held_out_tasks(self, difficulties: tuple[str, ...], n: int, seed: int) -> list[Any]:
+        from rao_core.envs.textcraft.small import make_small_tasks
+
+        return make_small_tasks(n, "val", tuple(difficulties), seed=seed)
+
 
 class OolongData(Suite):
     """Oolong-style long-context aggregation: synthetic session transcripts by length bucket (val:
@@ -175,10 +196,11 @@ def make_suite(cfg: RunConfig) -> Suite:
     return cls(cfg, args)
 
 
-def open_suite(cfg: RunConfig) -> Suite:
-    """Synthesize the run's data if it is missing (atomically per file), then open it."""
+def open_suite(cfg: RunConfig, data_dir: Path | None = None) -> Suite:
+    """Synthesize the run's data if it is missing (atomically per file), then open it (from the
+    run's data folder, or `data_dir`)."""
     suite = make_suite(cfg)
-    out = cfg.layout.data(cfg.suite)
+    out = data_dir or cfg.layout.data(cfg.suite)
     if not all((out / f).is_file() for f in suite.files):
         out.mkdir(parents=True, exist_ok=True)
         suite.synthesize(out)

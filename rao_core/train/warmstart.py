@@ -1,10 +1,14 @@
-"""Warm start: supervised training of the tiny model on the scripted expert's trees, then a closed-loop
-evaluation on unseen worlds (small TextCraft profile, docs/small-profile.md).
+"""Warm start: supervised training of a policy on demonstration trees, then a closed-loop evaluation
+on held-out tasks. Any suite, any tokenizer: the demonstrations are the suite's scripted expert run
+through the real runtime, or a Parquet of trees in the nodes schema (warmstart.demonstrations); the
+model is a fresh tiny one with our tokenizer, or a checkpoint of yours (warmstart.init_model) with
+its own tokenizer and chat template. docs/small-profile.md (the tiny model), docs/own-task.md.
 
-  expert trees through the real runtime (fresh world per episode, recursive and flat)
-  -> one SFT example per node (its token ids; loss on its own action tokens only)
-  -> stage 0: a copy drill (see copy_drill) -> TRL's SFTTrainer on a wall-clock budget
-  -> checkpoint -> evaluation with the batching engine on held-out worlds
+  demonstration trees (recursive and flat shapes)
+  -> one SFT example per successful node (its token ids; loss on its own action tokens only)
+  -> stage 0 (fresh tiny model only): a copy drill (see copy_drill)
+  -> TRL's SFTTrainer on a wall-clock budget -> checkpoint
+  -> evaluation with the batching engine on the suite's held-out tasks
 
 Why the trainer is subclassed: every node's transcript starts with the same system prompt, which is
 most of its tokens (about 330 of 490 for a recursive node). Batches are grouped by shape (recursive
@@ -15,6 +19,7 @@ the batch, so each example costs only its own tokens. The loss is the same token
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import shutil
@@ -36,72 +41,99 @@ from rao_core.agent.policy import Policy
 from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeRun, TreeSpec
-from rao_core.config import AgentConfig, SandboxConfig, WarmStartConfig
-from rao_core.envs.textcraft.small import (
-    SMALL_DIFFICULTIES,
-    env_from_small_task,
-    make_small_task,
-    make_small_tasks,
-    train_seed,
-)
-from rao_core.envs.textcraft.small_expert import SmallExpert
+from rao_core.config import AgentConfig, WarmStartConfig
+from rao_core.envs.base import Suite
+from rao_core.envs.textcraft.small import SMALL_DIFFICULTIES
 from rao_core.eval.metrics import wilson_interval
 from rao_core.models.paths import initial_model
 from rao_core.models.tiny import build_tiny_model, load_checkpoint, save_checkpoint
-from rao_core.models.tokenizer import tiny_tokenizer
+from rao_core.models.tokenizer import load_tokenizer, tiny_tokenizer
+from rao_core.rollout import chat_framing
 from rao_core.store.files import write_json, write_text
 
 MODES = {"recursive": "recursive", "flat": "single"}  # report name -> AgentConfig.mode
 
 
-def agent_config(mode: str, context: int) -> AgentConfig:
-    """Budgets for both shapes: enough steps for a flat tier-5 expert episode (~35 actions)."""
-    return AgentConfig(
-        mode=MODES[mode], max_depth=6, max_steps=40, max_children=8, max_nodes=64, max_context_tokens=context,
-        max_new_tokens=32, cell_timeout_s=10.0, tree_timeout_s=1800.0, reply_format="python",
-    )  # fmt: skip
+def agent_config(suite: Suite, mode: str, context: int) -> AgentConfig:
+    """The run's agent budgets (agent.*) in the given shape, at the warm start's context."""
+    return dataclasses.replace(suite.cfg.agent, mode=MODES[mode], max_context_tokens=context)
 
 
 async def run_modes(
-    jobs: list[tuple[str, TreeSpec]], policy: Policy, chat: ChatFraming, context: int, concurrency: int,
-    temperature: float, on_done: Callable[[TreeRun], None] | None = None,
+    jobs: list[tuple[str, TreeSpec]], suite: Suite, policy: Policy, chat: ChatFraming, context: int,
+    concurrency: int, temperature: float, on_done: Callable[[TreeRun], None] | None = None,
 ) -> list[tuple[str, TreeRun]]:  # fmt: skip
     """(mode, tree) jobs through the tree runner, each tree with its mode's budgets."""
     mode_of = {id(spec): mode for mode, spec in jobs}
     runs = await run_trees(
-        [spec for _, spec in jobs], policy, chat, lambda spec: agent_config(mode_of[id(spec)], context),
-        SandboxConfig(), temperature, concurrency, on_tree_done=on_done,
+        [spec for _, spec in jobs], policy, chat, lambda spec: agent_config(suite, mode_of[id(spec)], context),
+        suite.cfg.sandbox, temperature, concurrency, on_tree_done=on_done,
     )  # fmt: skip
     return [(mode_of[id(run.spec)], run) for run in runs]
 
 
 # --- data ---------------------------------------------------------------------------------------
-def expert_examples(cfg: WarmStartConfig, chat: ChatFraming) -> list[dict]:
-    """One example per successful node of the expert's trees; slip turns are masked out of the loss."""
+def expert_examples(cfg: WarmStartConfig, chat: ChatFraming, suite: Suite) -> list[dict]:
+    """One example per successful node of the suite's expert trees (warmstart.*_episodes of each
+    shape); the expert's slips (`mistakes`: node id -> turns) are masked out of the loss."""
+    expert = suite.demonstrator(cfg)
+    if expert is None:
+        raise ValueError(
+            f"warmstart.demonstrations: suite {suite.cfg.suite} has no scripted expert: give a Parquet of "
+            "demonstration trees (the nodes schema, e.g. a rollout folder)"
+        )
     rng = random.Random(f"warmstart:{cfg.seed}")
     jobs = []
-    for mode, n, tiers in (("recursive", cfg.recursive_episodes, cfg.recursive_tiers),
-                           ("flat", cfg.flat_episodes, cfg.flat_tiers)):  # fmt: skip
-        for i in range(n):
-            task = make_small_task(train_seed(rng), rng.choice(tiers), "train")
-            jobs.append((mode, TreeSpec(f"ws-{mode}-{i}", 0, env_from_small_task(task), task.difficulty)))
-    expert = SmallExpert(
-        error_rate=cfg.error_rate, give_up_rate=cfg.give_up_rate, root_inline_rate=cfg.root_inline_rate
-    )
-    runs = asyncio.run(run_modes(jobs, expert, chat, cfg.context, cfg.max_concurrent_trees, 1.0))
+    for mode, n in (("recursive", cfg.recursive_episodes), ("flat", cfg.flat_episodes)):
+        for i, task in enumerate(suite.demonstration_tasks(cfg, mode, n, rng)):
+            jobs.append((mode, TreeSpec(f"ws-{mode}-{i}", 0, suite.env(task), task.difficulty)))
+    runs = asyncio.run(run_modes(jobs, suite, expert, chat, cfg.context, cfg.max_concurrent_trees, 1.0))
+    mistakes = getattr(expert, "mistakes", {})
     rows = []
     for mode, run in runs:
         for r in run.records:
             if r.success < 1 or len(r.token_ids) > cfg.context:
                 continue
-            mask, slips, turn, prev = list(r.action_mask), expert.mistakes.get(r.node_id, set()), -1, 0
+            mask, slips, turn, prev = list(r.action_mask), mistakes.get(r.node_id, set()), -1, 0
             for i, m in enumerate(r.action_mask):
                 turn += m and not prev  # a run of action tokens is one turn
                 prev = m
                 if m and turn in slips:
                     mask[i] = 0
-            rows.append({"input_ids": r.token_ids, "assistant_masks": mask, "mode": mode, "depth": r.depth,
-                         "bucket": (mode == "recursive") * 1_000_000 + len(r.token_ids)})  # fmt: skip
+            rows.append(example(r.token_ids, mask, mode, r.depth))
+    return rows
+
+
+def example(token_ids: list[int], mask: list[int], mode: str, depth: int) -> dict:
+    return {"input_ids": list(token_ids), "assistant_masks": list(mask), "mode": mode, "depth": depth,
+            "bucket": (mode == "recursive") * 1_000_000 + len(token_ids)}  # fmt: skip
+
+
+def demonstration_examples(cfg: WarmStartConfig, vocab_size: int) -> list[dict]:
+    """One example per successful node of a Parquet of trees in the nodes schema (a file, or a
+    folder of them such as <run>/rollouts/round=0): its token ids must be the model's tokenizer's."""
+    import pyarrow.dataset as ds
+
+    source = Path(cfg.demonstrations)
+    if not source.exists():
+        raise ValueError(f"warmstart.demonstrations: {cfg.demonstrations!r}: no such file or folder")
+    columns = ["token_ids", "action_mask", "success", "depth", "mode"]
+    table = ds.dataset(source, format="parquet").to_table(columns=columns)
+    rows = []
+    for r in table.to_pylist():
+        if r["success"] < 1 or len(r["token_ids"]) > cfg.context:
+            continue
+        if max(r["token_ids"], default=0) >= vocab_size:
+            raise ValueError(
+                f"warmstart.demonstrations: token id {max(r['token_ids'])} >= the tokenizer's {vocab_size}: "
+                "the trees were tokenized by another tokenizer (set policy.tokenizer when rolling them out)"
+            )
+        mode = "flat" if r["mode"] == "single" else "recursive"
+        rows.append(example(r["token_ids"], r["action_mask"], mode, r["depth"]))
+    if not rows:
+        raise ValueError(
+            f"warmstart.demonstrations: {cfg.demonstrations!r}: no successful node to learn from"
+        )
     return rows
 
 
@@ -263,8 +295,9 @@ def copy_drill(tokenizer, n: int, seed: int) -> list[dict]:
 # --- evaluation ---------------------------------------------------------------------------------
 def evaluate_small(
     model_path: str | Path,
+    suite: Suite,
     n_per_difficulty: int = 100,
-    difficulties: list[str] | tuple[str, ...] = tuple(SMALL_DIFFICULTIES),
+    difficulties: list[str] | tuple[str, ...] = (),
     modes: tuple[str, ...] = ("recursive", "flat"),
     seed: int = 0,
     context: int = 2048,
@@ -273,18 +306,18 @@ def evaluate_small(
     progress: bool = False,
     threads: int = 1,
 ) -> dict[str, Any]:
-    """Greedy closed-loop success on held-out worlds, by mode and difficulty, through the runtime and
-    the batching engine (every node's cells really run)."""
+    """Greedy closed-loop success on the suite's held-out tasks (all its difficulties by default),
+    by mode and difficulty, through the runtime and the batching engine (every cell really runs)."""
     from rao_core.engines.hf import HFEngine
 
     torch.set_num_threads(threads)
-
+    difficulties = tuple(difficulties) or suite.labels(suite.args)[1]
     engine = HFEngine.from_pretrained(
         str(model_path), device="cpu", dtype="float32", max_batch_size=max_batch_size
     )
-    chat = ChatFraming(engine.tokenizer)
-    tasks = make_small_tasks(n_per_difficulty, "val", tuple(difficulties), seed=seed)
-    jobs = [(m, TreeSpec(t.task_id, 0, env_from_small_task(t), t.difficulty)) for m in modes for t in tasks]
+    chat = chat_framing(suite.cfg, engine.tokenizer)
+    tasks = suite.held_out_tasks(difficulties, n_per_difficulty, seed)
+    jobs = [(m, TreeSpec(t.task_id, 0, suite.env(t), t.difficulty)) for m in modes for t in tasks]
     start, done = time.time(), [0]
 
     def tick() -> None:
@@ -292,7 +325,9 @@ def evaluate_small(
         if progress and (done[0] % 50 == 0 or done[0] == len(jobs)):
             print(f"eval: {done[0]}/{len(jobs)} trees, {time.time() - start:.0f} s", flush=True)
 
-    runs = asyncio.run(run_modes(jobs, engine, chat, context, max_concurrent_trees, 0.0, lambda _: tick()))
+    runs = asyncio.run(
+        run_modes(jobs, suite, engine, chat, context, max_concurrent_trees, 0.0, lambda _: tick())
+    )
     wins: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     statuses: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for mode, run in runs:
@@ -311,7 +346,9 @@ def _rate(xs: list[float]) -> dict[str, float]:
 
 
 # --- the stage ----------------------------------------------------------------------------------
-def warm_start(cfg: WarmStartConfig, out_dir: str | Path, progress: bool = False) -> dict[str, Any]:
+def warm_start(
+    cfg: WarmStartConfig, out_dir: str | Path, suite: Suite, progress: bool = False
+) -> dict[str, Any]:
     """Data -> SFT -> out_dir/model (atomic) -> evaluation -> out_dir/metrics.json (written last).
 
     Idempotent: a complete out_dir (metrics.json present) is returned as is; expert data is reused."""
@@ -321,13 +358,17 @@ def warm_start(cfg: WarmStartConfig, out_dir: str | Path, progress: bool = False
     out.mkdir(parents=True, exist_ok=True)
     (out / "train_log.jsonl").unlink(missing_ok=True)
     torch.set_num_threads(cfg.threads)
-    tok = tiny_tokenizer()
+    init = initial_model(cfg.init_model, out) if cfg.init_model else None
+    tok = load_tokenizer(str(init)) if init else tiny_tokenizer()
     t0 = time.time()
     data_path = out / "sft.jsonl"
     if data_path.is_file():
         rows = [json.loads(line) for line in data_path.read_text().splitlines()]
     else:
-        rows = expert_examples(cfg, ChatFraming(tok))
+        if cfg.demonstrations:
+            rows = demonstration_examples(cfg, len(tok))
+        else:
+            rows = expert_examples(cfg, chat_framing(suite.cfg, tok), suite)
         write_text(data_path, "".join(json.dumps(r) + "\n" for r in rows))
     data = {"examples": len(rows), "data_seconds": round(time.time() - t0, 1),
             "by_mode": {m: sum(r["mode"] == m for r in rows) for m in MODES},
@@ -336,8 +377,8 @@ def warm_start(cfg: WarmStartConfig, out_dir: str | Path, progress: bool = False
     if progress:
         print(f"expert data: {json.dumps(data)}", flush=True)
     torch.manual_seed(cfg.seed)
-    if cfg.init_model:  # fine-tune a trained checkpoint: it can already copy, so no drill
-        model, _ = load_checkpoint(initial_model(cfg.init_model, out), device="cpu", dtype=torch.float32)
+    if init is not None:  # fine-tune a trained checkpoint: it can already copy, so no drill
+        model, _ = load_checkpoint(init, device="cpu", dtype=torch.float32)
     else:
         model = build_tiny_model(tok, seed=cfg.seed, hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads,
                                  kv_heads=cfg.kv_heads, intermediate=cfg.intermediate, max_positions=cfg.context)  # fmt: skip
@@ -355,19 +396,23 @@ def warm_start(cfg: WarmStartConfig, out_dir: str | Path, progress: bool = False
     shutil.rmtree(out / "trainer", ignore_errors=True)
     metrics: dict[str, Any] = {"config": asdict(cfg), "parameters": params, "data": data, "train": train}
     if cfg.eval_tasks > 0:
-        return evaluate_warm_start(cfg, out, progress, metrics)
+        return evaluate_warm_start(cfg, out, suite, progress, metrics)
     write_json(out / "metrics.json", metrics)
     return metrics
 
 
 def evaluate_warm_start(
-    cfg: WarmStartConfig, out: Path, progress: bool = False, metrics: dict[str, Any] | None = None
+    cfg: WarmStartConfig,
+    out: Path,
+    suite: Suite,
+    progress: bool = False,
+    metrics: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Held-out evaluation of `<out>/model` as metrics.json's "eval", written last (also run on its
     own, `scripts/warmstart.py --eval_only`, for a checkpoint trained with `eval_tasks=0`)."""
     metrics = metrics if metrics is not None else json.loads((out / "metrics.json").read_text())
     metrics["eval"] = evaluate_small(
-        out / "model", cfg.eval_tasks, cfg.eval_difficulties, seed=cfg.eval_seed, context=cfg.context,
+        out / "model", suite, cfg.eval_tasks, cfg.eval_difficulties, seed=cfg.eval_seed, context=cfg.context,
         max_batch_size=cfg.max_batch_size, max_concurrent_trees=cfg.max_concurrent_trees, progress=progress,
         threads=cfg.threads,
     )  # fmt: skip
@@ -382,5 +427,6 @@ def format_table(ev: dict[str, Any]) -> str:
     for d in next(iter(ev["success"].values())):
         cells = [ev["success"][m][d] for m in modes]
         row = " | ".join(f"{c['rate']:.0%} [{c['lo']:.0%}, {c['hi']:.0%}] (n={c['n']})" for c in cells)
-        lines.append(f"| {d} ({SMALL_DIFFICULTIES.get(d, '?')}) | {row} |")
+        tier = f" ({SMALL_DIFFICULTIES[d]})" if d in SMALL_DIFFICULTIES else ""  # textcraft-small's tiers
+        lines.append(f"| {d}{tier} | {row} |")
     return "\n".join(lines)

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rao_core.config import WarmStartConfig
+from rao_core.config import RunConfig
+from rao_core.envs.suites import open_suite
 from rao_core.train.warmstart import evaluate_warm_start, format_table, warm_start
 
 
@@ -36,10 +37,13 @@ class _Tee:
 
 
 def run_warmstart(
-    cfg: WarmStartConfig, out: Path, command: str, ship_to: Path | None = None, eval_only: bool = False
+    run: RunConfig, out: Path, command: str, ship_to: Path | None = None, eval_only: bool = False
 ) -> dict[str, Any]:
-    """Train (or, with `eval_only`, only evaluate) into `out`, printing and logging as it goes."""
+    """Train (or, with `eval_only`, only evaluate) into `out`, printing and logging as it goes; the
+    suite's data goes to <out>/data."""
+    cfg = run.warmstart
     out.mkdir(parents=True, exist_ok=True)
+    suite = open_suite(run, out / "data")
     with (out / "warmstart.log").open("a") as log, contextlib.redirect_stdout(_Tee(sys.stdout, log)):
         print(f"$ {command}\nconfig: {json.dumps(dataclasses.asdict(cfg))}", flush=True)
         if eval_only:
@@ -47,10 +51,10 @@ def run_warmstart(
                 (out / "COMMAND").read_text().strip() if (out / "COMMAND").is_file() else "(trained before)"
             )
             command = f"{trained}\n{command}"
-            metrics = evaluate_warm_start(cfg, out, progress=True)
+            metrics = evaluate_warm_start(cfg, out, suite, progress=True)
         else:
             (out / "COMMAND").write_text(command + "\n")
-            metrics = warm_start(cfg, out, progress=True)
+            metrics = warm_start(cfg, out, suite, progress=True)
         print(json.dumps({k: v for k, v in metrics.items() if k not in ("config", "eval")}, indent=1))
         if "eval" in metrics:
             print(format_table(metrics["eval"]))

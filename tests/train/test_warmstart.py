@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from rao_core.agent.prompts import ChatFraming
+from rao_core.config import load_config
+from rao_core.envs.suites import open_suite
 from rao_core.models.tiny import build_tiny_model, load_checkpoint
 from rao_core.models.tokenizer import tiny_tokenizer
 from rao_core.train.warmstart import (
@@ -23,13 +25,20 @@ from rao_core.train.warmstart import (
 )
 
 TOK = tiny_tokenizer()
+
+
+def small_suite(tmp_path):
+    """The default suite (textcraft-small) of a run under tmp_path."""
+    return open_suite(load_config(overrides=[f"runs_dir={tmp_path}"]))
+
+
 TINY = dict(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=128, context=1024)
 
 
 @pytest.fixture(scope="module")
-def rows() -> list[dict]:
+def rows(tmp_path_factory) -> list[dict]:
     cfg = WarmStartConfig(recursive_episodes=3, flat_episodes=8, error_rate=0.5, seed=3, **TINY)
-    return expert_examples(cfg, ChatFraming(TOK))
+    return expert_examples(cfg, ChatFraming(TOK), small_suite(tmp_path_factory.mktemp("run")))
 
 
 def runs(mask: list[int]) -> list[tuple[int, int]]:
@@ -121,7 +130,7 @@ def test_warm_start_on_a_tiny_budget(tmp_path):
         recursive_episodes=4, flat_episodes=4, max_steps=3, batch_size=4, max_minutes=2.0, drill_steps=2,
         eval_tasks=1, eval_difficulties=["easy"], **TINY,
     )  # fmt: skip
-    metrics = warm_start(cfg, tmp_path)
+    metrics = warm_start(cfg, tmp_path, small_suite(tmp_path))
     assert metrics["train"]["steps"] == 3 and metrics["train"]["tokens_seen"] > 0
     assert metrics["train"]["drill"]["steps"] == 2
     assert set(metrics["eval"]["success"]) == {"recursive", "flat"}
@@ -130,7 +139,9 @@ def test_warm_start_on_a_tiny_budget(tmp_path):
     assert model.config.hidden_size == 64 and tok.get_vocab() == TOK.get_vocab()
     assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
     stamp = (tmp_path / "metrics.json").stat().st_mtime_ns
-    assert warm_start(cfg, tmp_path) == metrics  # complete: returned as is, nothing retrained
+    assert (
+        warm_start(cfg, tmp_path, small_suite(tmp_path)) == metrics
+    )  # complete: returned as is, nothing retrained
     assert (tmp_path / "metrics.json").stat().st_mtime_ns == stamp
 
 
@@ -158,7 +169,7 @@ def test_warm_start_fine_tunes_a_checkpoint(tmp_path):
         init_model="small-warmstart", recursive_episodes=3, flat_episodes=0, root_inline_rate=1.0, max_steps=2,
         batch_size=2, lr=1e-6, max_minutes=2.0, eval_tasks=0, context=2048,
     )  # fmt: skip
-    metrics = warm_start(cfg, tmp_path)
+    metrics = warm_start(cfg, tmp_path, small_suite(tmp_path))
     assert "drill" not in metrics["train"] and metrics["train"]["steps"] == 2
     assert metrics["data"]["by_mode"] == {"recursive": 3, "flat": 0}  # inline roots: one node a tree
     start, _ = load_checkpoint(SHIPPED / "small-warmstart", device="cpu")
