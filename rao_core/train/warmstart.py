@@ -43,7 +43,6 @@ from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeRun, TreeSpec
 from rao_core.config import AgentConfig, WarmStartConfig
 from rao_core.envs.base import Suite
-from rao_core.envs.textcraft.small import SMALL_DIFFICULTIES
 from rao_core.eval.metrics import wilson_interval
 from rao_core.models.paths import initial_model
 from rao_core.models.tiny import build_tiny_model, load_checkpoint, save_checkpoint
@@ -421,12 +420,11 @@ def evaluate_warm_start(
 
 
 def format_table(ev: dict[str, Any]) -> str:
-    """Markdown: success (95% Wilson interval) by difficulty (target tier) and mode."""
+    """Markdown: success (95% Wilson interval) by difficulty and mode."""
     modes = list(ev["success"])
-    lines = ["| difficulty (tier) | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
+    lines = ["| difficulty | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
     for d in next(iter(ev["success"].values())):
         cells = [ev["success"][m][d] for m in modes]
         row = " | ".join(f"{c['rate']:.0%} [{c['lo']:.0%}, {c['hi']:.0%}] (n={c['n']})" for c in cells)
-        tier = f" ({SMALL_DIFFICULTIES[d]})" if d in SMALL_DIFFICULTIES else ""  # textcraft-small's tiers
-        lines.append(f"| {d}{tier} | {row} |")
+        lines.append(f"| {d} | {row} |")
     return "\n".join(lines)

@@ -386,3 +386,34 @@ def test_verdicts_survive_a_tree_timeout():
     nodes = judged_tree(SlowJudge(), CellScript(stalling, latency_s=0.3), tree_timeout_s=1.0, max_steps=25)
     assert nodes["tree"].status == "timeout" and nodes["say ok"].status == "timeout"
     assert (nodes["part 0"].success, nodes["part 0"].success_source) == (1.0, "judge")
+
+
+def test_a_rubric_of_your_own_is_the_system_prompt_and_keys_the_cache(tmp_path):
+    """judge.rubric: the file's text is what the judge model reads, and its digest names the rubric
+    in every verdict and in the cache key, so verdicts under another rubric are never reused."""
+    from rao_core.agent.policy import Generation, Policy
+    from rao_core.judges import rubric_version
+
+    class Grader(Policy):
+        prompts: list[str] = []
+
+        async def generate(self, request):
+            self.prompts.append(CHAT.tokenizer.decode(request.prompt_ids))
+            return Generation(text='{"success": true, "score": 1.0, "reason": "kind"}')
+
+    rubric = "Grade kindly. Reply with one JSON object: success, score, reason."
+    (tmp_path / "rubric.txt").write_text(rubric)
+    assert load_config(
+        overrides=[f"judge.rubric={tmp_path / 'rubric.txt'}", "judge.kind=scripted"]
+    ).judge.rubric
+    with pytest.raises(ConfigError, match="judge.rubric: .*file not found"):
+        load_config(overrides=[f"judge.rubric={tmp_path / 'nope.txt'}"])
+    cache = JudgeCache(tmp_path / "cache")
+    mine = ModelJudge(Grader(), CHAT.tokenizer, "m", cache=cache, rubric=rubric)
+    verdict = asyncio.run(mine.judge("g", "a"))
+    assert "Grade kindly" in Grader.prompts[-1] and RUBRIC[:40] not in Grader.prompts[-1]
+    assert json.loads(verdict.verdict)["rubric"] == rubric_version(rubric) != RUBRIC_VERSION
+    builtin = ModelJudge(Grader(), CHAT.tokenizer, "m", cache=cache)
+    assert not asyncio.run(builtin.judge("g", "a")).cached  # another rubric: asked again
+    assert asyncio.run(mine.judge("g", "a")).cached
+    assert build_judge(JudgeConfig(kind="scripted", rubric=str(tmp_path / "rubric.txt")), None) is not None

@@ -158,7 +158,7 @@ def test_copy_drill_trains_only_the_copied_name():
 def test_format_table():
     cell = {"rate": 0.5, "n": 10, "lo": 0.2, "hi": 0.8}
     text = format_table({"success": {"recursive": {"easy": cell}, "flat": {"easy": cell}}})
-    assert "| easy (2) | 50% [20%, 80%] (n=10) | 50% [20%, 80%] (n=10) |" in text
+    assert "| easy | 50% [20%, 80%] (n=10) | 50% [20%, 80%] (n=10) |" in text
 
 
 def test_warm_start_fine_tunes_a_checkpoint(tmp_path):
