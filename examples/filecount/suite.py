@@ -3,8 +3,8 @@ of a generated nested folder tree. It uses only rao_core's public interface (Sui
 Policy), and is loaded by import path: `suite: examples.filecount.suite:FileCount`.
 
     goal: count log files
-    ls()      ->  log 3; dirs 2        (this node's folder)
-    ls(1, 0)  ->  log 0; dirs 1        (the first subfolder of the second subfolder)
+    ls()      ->  log 3; subfolders 0 1     (this node's folder)
+    ls(1, 0)  ->  log 0; no subfolders      (the first subfolder of the second subfolder)
     sub(0)    ->  '4'                  (a sub-agent counts in subfolder 0 and finishes with 4)
     finish(3 + int(sub(0)) + int(sub(1)))
 
@@ -31,7 +31,7 @@ from rao_core.envs.base import Environment, LaunchError, Suite
 KINDS = ("log", "txt", "py")
 DEPTHS = {"easy": 1, "medium": 2, "hard": 3}  # levels of subfolders under the task's folder
 VAL_SEED_BASE = 1_000_000  # val trees are drawn from seeds no train tree uses
-DOCS = "ls(): your folder's count and subfolders; ls(i, j): subfolder j of subfolder i."
+DOCS = "ls(): your folder's count and subfolders; ls(i, j): subfolder j of subfolder i, and so on."
 SUB_DOCS = " sub(i): a sub-agent counts in subfolder i; int(sub(i)) is its count."
 FINISH_DOCS = " finish(n): the total."
 
@@ -118,7 +118,8 @@ class FileCountEnv(Environment):
         if name is None:
             return f"no folder at {list(path)}"[:40]
         f = self.folders[name]
-        return f"{self.kind} {f[self.kind]}; dirs {len(f['dirs'])}"
+        subs = " ".join(map(str, range(len(f["dirs"])))) if f["dirs"] else ""
+        return f"{self.kind} {f[self.kind]}; " + (f"subfolders {subs}" if subs else "no subfolders")
 
     def fork(self, index: Any = None, *args: Any, **kwargs: Any) -> FileCountEnv:
         name = self.walk((index,)) if not (args or kwargs) else None

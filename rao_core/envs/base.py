@@ -100,8 +100,8 @@ class Suite(ABC):
 
     # The data files `synthesize` writes: all present means the run's data is complete.
     files: ClassVar[tuple[str, ...]] = ("train.parquet", "val.parquet")
-    # Labels the suite declares: rollout.split / eval.split and the difficulty lists must use them,
-    # and reports order difficulties as listed here.
+    # Labels the suite declares: rollout.split / eval.split and the difficulty lists must use them;
+    # reports and SQL take them as they are (easy..extreme first, then other labels by name).
     splits: ClassVar[tuple[str, ...]] = ("train", "val")
     difficulties: ClassVar[tuple[str, ...]] = ("easy", "medium", "hard", "extreme")
     # The model of `suite_args` (pydantic; forbid extra keys); None: the suite takes no arguments.
