@@ -18,6 +18,7 @@ success. Without a verifier the judge scores the root too, against the `answer` 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -117,7 +118,7 @@ def to_tasks(rows: list[dict[str, Any]], args: DatasetArgs) -> list[DatasetTask]
                 difficulty=str(row.get("difficulty") or "all"),
                 split=split,
                 context=row.get("context"),
-            )  # fmt: skip
+            )
         )
     if not tasks:
         raise ValueError(f"suite_args.path: {args.path!r}: no rows")
@@ -172,7 +173,7 @@ class DatasetEnv(Environment):
         if self.task is None or self.verifier is None:
             return float(bool(finish_message.strip()))
         score = self.verifier(finish_message, self.task.as_dict())
-        if hasattr(score, "__await__"):
+        if inspect.isawaitable(score):
             score = await score
         if isinstance(score, bool):
             score = float(score)

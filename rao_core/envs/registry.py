@@ -82,17 +82,13 @@ def suite_args(cls: type[Suite], raw: dict[str, Any]) -> BaseModel | None:
         return cls.Args.model_validate(raw)
     except ValidationError as e:
         err = e.errors(include_url=False)[0]
-        key = ".".join(str(p) for p in err["loc"])
-        if err["type"] == "missing":
-            return _raise(f"suite_args.{key}: required by {cls.__name__}")
-        if err["type"] == "extra_forbidden":
-            known = ", ".join(cls.Args.model_fields)
-            return _raise(f"suite_args.{key}: not a setting of {cls.__name__} (it has: {known})")
-        return _raise(f"suite_args.{key}: {err.get('input')!r}: {err['msg']}")
-
-
-def _raise(message: str) -> Any:
-    raise SuiteError(message)
+    key = ".".join(str(p) for p in err["loc"])
+    if err["type"] == "missing":
+        raise SuiteError(f"suite_args.{key}: required by {cls.__name__}")
+    if err["type"] == "extra_forbidden":
+        known = ", ".join(cls.Args.model_fields)
+        raise SuiteError(f"suite_args.{key}: not a setting of {cls.__name__} (it has: {known})")
+    raise SuiteError(f"suite_args.{key}: {err.get('input')!r}: {err['msg']}")
 
 
 def check_suite(cls: type[Suite], args: Any, cfg: Any) -> None:
