@@ -37,7 +37,7 @@ def test_a_change_of_future_rounds_only_is_recorded(tmp_path):
     cfg = completed_round(tmp_path)
     more = toy_config(tmp_path, "campaign.rounds=12", "rollout.max_concurrent_trees=4")
     diff = campaign.prepare(more)
-    assert diff == {"campaign.rounds": (8, 12), "rollout.max_concurrent_trees": (16, 4)}
+    assert diff == {"campaign.rounds": (8, 12), "rollout.max_concurrent_trees": (96, 4)}
     (entry,) = resume.history(cfg.run_dir)
     assert entry["round"] == campaign.completed_rounds(more) == 0
     assert entry["changes"]["campaign.rounds"] == [8, 12]

@@ -118,7 +118,9 @@ class RolloutConfig:
         "delegating and inline trees of one task, which is what teaches delegation (docs/main-job.md)",
         ge=1,
     )
-    max_concurrent_trees: Int = opt(16, "trees in flight at once", ge=1, resume="free")
+    max_concurrent_trees: Int = opt(
+        96, "trees in flight at once (the seeding makes the trees the same at any value)", ge=1, resume="free"
+    )
     seed: Int = opt(
         0, "seed of sampling: each request draws from its own generator, seeded by (seed, round, node, turn)"
     )

@@ -39,11 +39,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rao_core.agent.policy import Generation, GenerationRequest, Policy
-from rao_core.engines.hf_batch import Batch, Prefixes, completes_stop, new_cache
+from rao_core.engines.hf_batch import (
+    ATTENTION,
+    Batch,
+    KVSlots,
+    Prefixes,
+    check_full_attention,
+    completes_stop,
+)
 from rao_core.models.tiny import load_checkpoint, resolve_model
 
 
@@ -58,6 +64,7 @@ class EngineStats:
     prefix_hits: int = 0
     prefill_seconds: float = 0.0  # time in prefill forward passes (worker thread)
     decode_seconds: float = 0.0  # time in decode forward passes
+    sorts: int = 0  # decode steps that first sorted the rows by length (docs/engines.md)
 
 
 @dataclass
@@ -107,10 +114,11 @@ class HFEngine(Policy):
         attention is switched to the same-math "sdpa_gqa"."""
         self.model, self.tokenizer = model.eval(), tokenizer
         self.device = next(model.parameters()).device
-        if model.config._attn_implementation == "sdpa" and self.device.type == "cpu":
-            model.set_attn_implementation("sdpa_gqa")  # on CUDA, masked GQA would fall back to math
+        check_full_attention(model.config)
+        model.set_attn_implementation(ATTENTION)  # K/V in the engine's slots (plain forwards: SDPA)
         self.max_batch_size, self.max_batch_tokens = max_batch_size, max_batch_tokens
         self.context_limit = context_limit or model.config.max_position_embeddings
+        self._columns = torch.arange(self.context_limit + 2, device=self.device)
         self.prefixes = Prefixes(prefix_cache_tokens)
         self.version = version
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
@@ -118,7 +126,6 @@ class HFEngine(Policy):
         eos = eos if isinstance(eos, list) else [eos]
         self.eos_ids = {i for i in [*eos, tokenizer.eos_token_id] if i is not None}
         self.stats = EngineStats()
-        new_cache(model.config)  # fails early for sliding-window or linear-attention layers
         self._lock = threading.Lock()  # one forward at a time; weights never change mid-step
         threads = cpu_threads if self.device.type == "cpu" else None
         self._executor = ThreadPoolExecutor(
@@ -163,7 +170,7 @@ class HFEngine(Policy):
             del self._states[other]
         st = self._states.get(loop)
         if st is None or st.task is None or st.task.done():
-            st = self._states[loop] = _LoopState()
+            st = self._states[loop] = _LoopState(batch=Batch(self.device))
             st.task = loop.create_task(self._run(st), name="hf-engine")
         return st
 
@@ -184,7 +191,7 @@ class HFEngine(Policy):
                 for s in st.batch.seqs + new:
                     if not s.future.done():
                         s.future.set_exception(e)
-                st.batch = Batch()
+                st.batch = Batch(self.device)
                 continue
             for s in done:
                 if not s.future.done():
@@ -224,34 +231,41 @@ class HFEngine(Policy):
     def _step(self, batch: Batch, new: list[_Seq]) -> list[_Seq]:
         """One decode step for the running rows, a prefill for admitted ones; returns finished rows."""
         with self._lock:
-            batch.select([i for i, s in enumerate(batch.seqs) if s.finish is None])
+            batch.drop([i for i, s in enumerate(batch.seqs) if s.finish is not None])
+            slots = batch.slots
             if batch.seqs:
                 start = time.perf_counter()
-                batch.mask = F.pad(batch.mask, (0, 1), value=1)
-                logits = self._forward(batch.last[:, None], batch.mask, batch.pos[:, None], batch.cache)
-                batch.pos = batch.pos + 1
+                runs, sorted_ = batch.decode_runs()
+                self.stats.sorts += sorted_
+                cols = slots.lens[:, None]  # each row's last token goes to its next free column
+                length = int(slots.lens.max()) + 1
+                slots.reserve(len(batch.seqs), length)
+                slots.plan(0, cols, length, runs)
+                mask = self._columns[:length] <= cols[:, :, None]
+                logits = self._forward(batch.last[:, None], cols, mask[:, None], slots)
+                slots.lens = slots.lens + 1
                 batch.last = self._sample(batch.seqs, logits)
                 self.stats.decode_seconds += time.perf_counter() - start
             if new:
                 start = time.perf_counter()
-                batch.extend(self._prefill(new))
+                self._prefill(batch, new)
                 self.stats.prefill_seconds += time.perf_counter() - start
             done = [i for i, s in enumerate(batch.seqs) if self._check_finish(s)]
-            for i in done:  # the cache holds prompt + all sampled tokens but the last
+            for i in done:  # the slot holds prompt + all sampled tokens but the last
                 s = batch.seqs[i]
                 if self.prefixes.max_tokens > 0:
-                    self.prefixes.put(s.request.prompt_ids + s.ids[:-1], batch.row_kv(i))
+                    self.prefixes.put(s.request.prompt_ids + s.ids[:-1], slots.row_kv(i))
             done_seqs = [batch.seqs[i] for i in done]
-            if done:
-                batch.select([i for i, s in enumerate(batch.seqs) if s.finish is None])
+            batch.drop(done)
         for s in done_seqs:
             s.result = Generation(self._decode(s.ids), s.ids, s.logprobs, s.finish)
         return done_seqs
 
-    def _prefill(self, seqs: list[_Seq]) -> Batch:
-        """Admitted rows, right-aligned: [pad | reused K/V | pad | tokens to compute]. Reused K/V
-        come from stored conversations, or from one pass over the beginning that the new prompts
-        share (the system prompt of a wave of new trees)."""
+    def _prefill(self, batch: Batch, seqs: list[_Seq]) -> None:
+        """Admitted rows take the next slots. Each slot gets the K/V it can reuse (a stored
+        conversation, or one pass over the beginning that a wave of new prompts shares: the system
+        prompt), then one forward computes the rest of every prompt, left-padded so that every
+        row's last token is the last column (padding writes to the scratch column)."""
         prompts = [list(s.request.prompt_ids) for s in seqs]
         use = self.prefixes.max_tokens > 0
         pasts = [self.prefixes.take(p) if use else None for p in prompts]
@@ -267,49 +281,54 @@ class HFEngine(Policy):
                     pasts[i] = (len(shared), kv)
         known = [p[0] if p else 0 for p in pasts]
         todo = [p[k:] for p, k in zip(prompts, known, strict=True)]
-        n, big_p, big_s = len(seqs), max(known), max(map(len, todo))
-        ids = torch.full((n, big_s), self.tokenizer.pad_token_id or 0, dtype=torch.long)
-        pos = torch.zeros((n, big_s), dtype=torch.long)
-        mask = torch.zeros((n, big_p + big_s), dtype=torch.long)
+        slots, first, width = batch.slots, len(batch.seqs), max(map(len, todo))
+        length = max(k + len(t) for k, t in zip(known, todo, strict=True))
+        slots.reserve(first + len(seqs), length)
+        for i, p in enumerate(pasts):
+            if p:
+                slots.load(first + i, p[1])
+        ids = torch.full((len(seqs), width), self.tokenizer.pad_token_id or 0, dtype=torch.long)
+        cols = torch.full((len(seqs), width), slots.cols, dtype=torch.long)  # padding: scratch
+        pos = torch.zeros((len(seqs), width), dtype=torch.long)
         for i, (k, t) in enumerate(zip(known, todo, strict=True)):
-            ids[i, big_s - len(t) :] = torch.tensor(t)
-            pos[i, big_s - len(t) :] = torch.arange(k, k + len(t))
-            mask[i, big_p - k : big_p] = 1
-            mask[i, big_p + big_s - len(t) :] = 1
-        b = Batch()
-        b.seqs, b.mask, b.cache = list(seqs), mask.to(self.device), new_cache(self.model.config)
-        if big_p:
-            ref = next(p for p in pasts if p)[1]
-            for j, layer in enumerate(b.cache.layers):
-                keys = ref[j][0].new_zeros((n, ref[j][0].shape[0], big_p, ref[j][0].shape[-1]))
-                values = torch.zeros_like(keys)
-                for i, p in enumerate(pasts):
-                    if p:
-                        keys[i, :, big_p - known[i] :], values[i, :, big_p - known[i] :] = p[1][j]
-                layer.set(keys, values, room=big_s)
-        pos = pos.to(self.device)
-        logits = self._forward(ids.to(self.device), b.mask, pos, b.cache)
-        b.pos, b.last = pos[:, -1] + 1, self._sample(seqs, logits)
+            ids[i, width - len(t) :] = torch.tensor(t)
+            cols[i, width - len(t) :] = pos[i, width - len(t) :] = torch.arange(k, k + len(t))
+        ids, cols, pos = ids.to(self.device), cols.to(self.device), pos.to(self.device)
+        slots.plan(first, cols, length)
+        mask = self._columns[:length] <= pos[:, :, None]  # padding attends to column 0 only
+        logits = self._forward(ids, pos, mask[:, None], slots)
+        slots.lens = torch.cat([slots.lens, pos[:, -1] + 1])
+        batch.last = torch.cat([batch.last, self._sample(seqs, logits)])
+        batch.seqs += seqs
         self.stats.prompt_tokens += sum(map(len, prompts))
         self.stats.prefill_tokens += sum(map(len, todo))
-        return b
 
     def _kv_of(self, ids: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """K/V of one token sequence, computed in one pass."""
-        cache = new_cache(self.model.config)
-        t = torch.tensor([ids], device=self.device)
-        self._forward(t, torch.ones_like(t), torch.arange(len(ids), device=self.device)[None], cache)
+        slots = KVSlots(self.device)
+        slots.reserve(1, len(ids))
+        pos = torch.arange(len(ids), device=self.device)[None]
+        slots.plan(0, pos, len(ids))
+        self._forward(
+            torch.tensor([ids], device=self.device),
+            pos,
+            pos[0][None, None, None, :] <= pos[0][None, None, :, None],
+            slots,
+        )
+        slots.lens = torch.tensor([len(ids)], device=self.device)
         self.stats.prefill_tokens += len(ids)
-        return [(layer.keys[0], layer.values[0]) for layer in cache.layers]
+        return slots.row_kv(0)
 
-    def _forward(self, ids, mask, pos, cache) -> torch.Tensor:
+    def _forward(self, ids, pos, mask, slots: KVSlots) -> torch.Tensor:
+        """The model on `ids` at positions `pos`, K/V read from and written to `slots`; the 4D
+        `mask` (rows, 1, tokens, columns; True = attend) is passed to attention as is."""
         out = self.model(
             input_ids=ids,
             attention_mask=mask,
             position_ids=pos,
-            past_key_values=cache,
-            use_cache=True,
+            use_cache=False,
             logits_to_keep=1,
+            kv_slots=slots,
         )
         self.stats.batches += 1
         self.stats.batch_sizes.append(ids.shape[0])

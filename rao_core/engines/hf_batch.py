@@ -1,26 +1,25 @@
-"""The batching engine's data structures: one left-padded KV cache for the running rows, and the
-K/V of finished conversations kept for their next turn (docs/engines.md, HFEngine).
+"""The batching engine's data structures: K/V of the running rows in fixed slots, the K/V of
+finished conversations kept for their next turn, and stop-string checks (docs/engines.md, HFEngine).
 
-They rely on transformers internals (the DynamicLayer that a cache is made of, the attention and
-mask registries), checked against the exact version they were written for: an upgrade must pass
-tests/engines/test_hf_engine.py, which compares every path with model.generate and a full forward.
+Only public transformers APIs: the engine's attention is a function registered with
+`AttentionInterface` (as transformers' docs show for custom attention), and it reaches the engine's
+slots through a keyword argument of the model call, which models pass through to attention. The
+engine gives a ready 4D mask, which models take as is. tests/engines/test_hf_engine.py compares
+every path with model.generate and a full forward.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface, DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from rao_core.versions import require_tested
-
-require_tested(
-    "transformers", "5.20.2", "rao_core.engines.hf (its KV cache)", "tests/engines/test_hf_engine.py"
-)
+ATTENTION = "rao_slots"
 
 
 def completes_stop(ids: Sequence[int], decode: Callable[[list[int]], str], stops: Sequence[str]) -> bool:
@@ -43,98 +42,196 @@ def stop_index(ids: Sequence[int], decode: Callable[[list[int]], str], stops: Se
     return None
 
 
-def sdpa_gqa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kw):
-    """SDPA with grouped K/V heads kept grouped (`enable_gqa`) even under a padding mask."""
-    causal = attention_mask is None and query.shape[2] > 1  # transformers drops the mask only if kv == q
+def slot_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, kv_slots=None, **kw):
+    """Write this forward's K/V into the engine's slots, then attend over the slots' columns.
+    Without `kv_slots` (a plain forward of the engine's model, e.g. a test's) it is stock SDPA."""
+    if kv_slots is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kw)
+    if kw.get("sliding_window"):
+        raise NotImplementedError("HFEngine needs full-attention layers only (this one is sliding-window)")
+    keys, values = kv_slots.write(module.layer_idx, key, value)
+    b, heads, tokens, dim = query.shape
+    if tokens == 1:  # decode: a K/V head's query heads share keys and mask, so they are its query rows
+        grouped = query.view(b, keys.shape[1], heads // keys.shape[1], dim)  # 1.4x faster than GQA
+        outs = [  # each run of rows over its own columns
+            F.scaled_dot_product_attention(
+                grouped[i:j],
+                keys[i:j, :, :n],
+                values[i:j, :, :n],
+                attn_mask=attention_mask[i:j, ..., :n],
+                scale=scaling,
+            )
+            for i, j, n in kv_slots.runs
+        ]
+        return (torch.cat(outs) if len(outs) > 1 else outs[0]).view(b, 1, heads, dim), None
     out = F.scaled_dot_product_attention(
-        query, key, value, attn_mask=attention_mask, scale=scaling, is_causal=causal,
-        enable_gqa=query.shape[1] != key.shape[1],
-    )  # fmt: skip
+        query,
+        keys,
+        values,
+        attn_mask=attention_mask,
+        scale=scaling,
+        enable_gqa=query.shape[1] != keys.shape[1],
+    )
     return out.transpose(1, 2).contiguous(), None
 
 
-AttentionInterface.register("sdpa_gqa", sdpa_gqa)
-AttentionMaskInterface.register("sdpa_gqa", sdpa_mask)
+AttentionInterface.register(ATTENTION, slot_attention)
+AttentionMaskInterface.register(ATTENTION, sdpa_mask)  # the causal mask of a plain forward
 
 
-class GrowLayer(DynamicLayer):
-    """A DynamicLayer that writes new K/V into spare columns: DynamicLayer concatenates, a copy of
-    the whole cache every decode step (as costly as the attention itself on a CPU)."""
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        if not self.is_initialized:
-            self.set(key_states, value_states)
-            return self.keys, self.values
-        n, m = self.keys.shape[-2], key_states.shape[-2]
-        if n + m > self._k.shape[-2]:
-            self.set(self.keys, self.values, room=m)
-        self._k[:, :, n : n + m], self._v[:, :, n : n + m] = key_states, value_states
-        self.keys, self.values = self._k[:, :, : n + m], self._v[:, :, : n + m]
-        return self.keys, self.values
-
-    def set(self, keys: torch.Tensor, values: torch.Tensor, room: int = 0) -> None:
-        """Adopt (batch, heads, n, dim) K/V, with spare columns to grow into."""
-        b, h, n, d = keys.shape
-        self._k = keys.new_empty((b, h, n + room + max(64, n // 4), d))
-        self._v = torch.empty_like(self._k)
-        self._k[:, :, :n], self._v[:, :, :n] = keys, values
-        self.keys, self.values = self._k[:, :, :n], self._v[:, :, :n]
-        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+def check_full_attention(config) -> None:
+    """The slots hold every position of every layer: sliding-window and linear-attention layers
+    (Gemma 2/3, Qwen3-Next, ...) are refused up front."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    kinds = set(getattr(text, "layer_types", None) or ["full_attention"])
+    if kinds != {"full_attention"} or getattr(text, "use_sliding_window", False):
+        raise NotImplementedError(
+            f"HFEngine needs full-attention layers only; this model has {sorted(kinds)}"
+        )
 
 
-def new_cache(config) -> DynamicCache:
-    cache = DynamicCache(config=config)
-    if any(type(layer) is not DynamicLayer for layer in cache.layers):
-        raise NotImplementedError("HFEngine merges KV caches: it needs full-attention layers only")
-    cache.layers = [GrowLayer() for _ in cache.layers]
-    return cache
+class KVSlots:
+    """K/V of the running rows, one slot (a row of a preallocated tensor per layer) per row: the
+    token at position p of row r sits at column p of slot r. A decode step writes one column per
+    row and attends to a view of the first `n` slots, so nothing is copied when a row joins, grows
+    or leaves (a leaving row's slot takes the last row: one row's copy). Capacity grows
+    geometrically; the last column is scratch, where padding tokens of a prefill write."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.keys: dict[int, torch.Tensor] = {}  # layer -> (rows, kv_heads, cols + 1, head_dim)
+        self.values: dict[int, torch.Tensor] = {}
+        self.rows = self.cols = 0  # capacity
+        self.lens = torch.zeros(0, dtype=torch.long, device=device)  # filled columns per live row
+        self._write_rows = self._write_cols = torch.empty(0)
+        self._first, self._length = 0, 0
+        self.runs: list[tuple[int, int, int]] = []  # decode: (first row, end row, columns) per run
+
+    @property
+    def n(self) -> int:
+        return len(self.lens)
+
+    def reserve(self, rows: int, cols: int) -> None:
+        if rows <= self.rows and cols <= self.cols:
+            return
+        rows, cols = max(rows, self.rows), max(cols, self.cols)
+        if self.keys:  # grow by half again, so growth is rare
+            rows = max(rows, self.rows + self.rows // 2) if rows > self.rows else rows
+            cols = max(cols, self.cols + self.cols // 2) if cols > self.cols else cols
+        for store in (self.keys, self.values):
+            for layer, old in store.items():
+                new = old.new_zeros((rows, old.shape[1], cols + 1, old.shape[3]))
+                new[: self.rows, :, : self.cols] = old[:, :, : self.cols]
+                store[layer] = new
+        self.rows, self.cols = rows, cols
+
+    def plan(self, first: int, cols: torch.Tensor, length: int, runs: list | None = None) -> None:
+        """The next forward's rows are slots first..first+len(cols); its token (i, j) is written to
+        column cols[i, j] (self.cols: scratch) and attention reads columns [0, length), or in a
+        decode step, rows i..j columns [0, n) for each (i, j, n) of `runs`."""
+        self._first, self._length, self._write_cols = first, length, cols
+        self.runs = runs or [(0, cols.shape[0], length)]
+        rows = torch.arange(first, first + cols.shape[0], device=self.device)
+        self._write_rows = rows[:, None].expand_as(cols)
+
+    def write(self, layer: int, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store a forward's (batch, kv_heads, tokens, dim) K/V; return the columns to attend to."""
+        if layer not in self.keys:
+            shape = (self.rows, key.shape[1], self.cols + 1, key.shape[3])
+            self.keys[layer] = key.new_zeros(shape)  # zeros: masked columns must hold no NaN
+            self.values[layer] = value.new_zeros(shape)
+        k, v = self.keys[layer], self.values[layer]
+        k[self._write_rows, :, self._write_cols] = key.transpose(1, 2)
+        v[self._write_rows, :, self._write_cols] = value.transpose(1, 2)
+        rows = slice(self._first, self._first + key.shape[0])
+        return k[rows, :, : self._length], v[rows, :, : self._length]
+
+    def load(self, row: int, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Put stored (kv_heads, n, dim) K/V per layer at the start of slot `row`."""
+        for layer, (k, v) in enumerate(kv):
+            if layer not in self.keys:
+                shape = (self.rows, k.shape[0], self.cols + 1, k.shape[2])
+                self.keys[layer], self.values[layer] = k.new_zeros(shape), v.new_zeros(shape)
+            self.keys[layer][row, :, : k.shape[1]] = k
+            self.values[layer][row, :, : v.shape[1]] = v
+
+    def row_kv(self, row: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """A copy of slot `row`'s filled columns per layer, as (kv_heads, n, dim)."""
+        n = int(self.lens[row])
+        return [
+            (self.keys[j][row, :, :n].clone(), self.values[j][row, :, :n].clone()) for j in sorted(self.keys)
+        ]
+
+    def permute(self, order: list[int]) -> None:
+        """Row i takes row order[i]'s K/V (a copy of every filled column)."""
+        n, idx = int(self.lens.max()), torch.tensor(order, device=self.device)
+        for store in (self.keys, self.values):
+            for t in store.values():
+                t[: len(order), :, :n] = t[idx, :, :n]
+        self.lens = self.lens[idx]
+
+    def move(self, src: int, dst: int) -> None:
+        n = int(self.lens[src])
+        for store in (self.keys, self.values):
+            for t in store.values():
+                t[dst, :, :n] = t[src, :, :n]
+
+
+def row_runs(lens: list[int], run_cost: int = 512) -> tuple[list[tuple[int, int, int]], int]:
+    """Rows in slot order cut into contiguous runs, each attending over its longest row's columns:
+    a new run starts where padding the current one to the next row (or that row to it) would read
+    more than `run_cost` padding columns (the price of one more attention call). Returns the runs
+    as (first, end, columns) and the padding columns they read."""
+    runs, first, hi, total, waste = [], 0, lens[0], lens[0], 0
+    for i, n in enumerate(lens[1:], 1):
+        extra = (i - first) * (n - hi) if n > hi else hi - n
+        if extra > run_cost:
+            runs.append((first, i, hi))
+            waste += (i - first) * hi - total
+            first, hi, total = i, n, n
+        else:
+            hi, total = max(hi, n), total + n
+    runs.append((first, len(lens), hi))
+    return runs, waste + (len(lens) - first) * hi - total
 
 
 class Batch:
-    """The running rows: a left-padded KV cache, its attention mask, next positions, last tokens."""
+    """The running rows: their requests, K/V slots (row i = slot i), and last sampled tokens."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device | str = "cpu") -> None:
         self.seqs: list = []  # the engine's requests, one per row
-        self.cache: DynamicCache | None = None
-        self.mask = self.pos = self.last = torch.empty(0)
+        self.slots = KVSlots(torch.device(device))
+        self.last = torch.zeros(0, dtype=torch.long, device=device)
 
-    def select(self, keep: list[int]) -> None:
-        """Keep only rows `keep`, then drop leading cache columns that no remaining row attends to."""
-        if len(keep) == len(self.seqs):
-            return  # nothing left the batch: no copy
-        self.seqs = [self.seqs[i] for i in keep]
-        if not keep:
-            self.cache, self.mask = None, torch.empty(0)
-            return
-        idx = torch.tensor(keep, device=self.mask.device)
-        self.mask, self.pos, self.last = self.mask[idx], self.pos[idx], self.last[idx]
-        first = int(self.mask.any(0).int().argmax())
-        self.mask = self.mask[:, first:]
-        for layer in self.cache.layers:
-            layer.set(layer.keys[idx, :, first:], layer.values[idx, :, first:])
+    def decode_runs(self, sort_at: float = 0.5) -> tuple[list[tuple[int, int, int]], bool]:
+        """Runs of rows of similar length for the next decode step (columns: each row's length + 1):
+        one attention call over the longest row's columns would read mostly padding when lengths
+        differ. When runs in slot order still read more than `sort_at` padding per real column,
+        rows are sorted by length first (a copy of the cache; joining and leaving rows then disturb
+        the order only a little)."""
+        lens = (self.slots.lens + 1).tolist()
+        runs, waste = row_runs(lens)
+        if waste <= sort_at * sum(lens):
+            return runs, False
+        order = sorted(range(len(lens)), key=lambda i: -lens[i])
+        self.slots.permute(order)
+        self.seqs, self.last = (
+            [self.seqs[i] for i in order],
+            self.last[torch.tensor(order, device=self.last.device)],
+        )
+        return row_runs([lens[i] for i in order])[0], True
 
-    def extend(self, other: Batch) -> None:
-        """Append `other`'s rows; the shorter cache is left-padded with masked zeros."""
-        if not self.seqs:
-            self.__dict__.update(other.__dict__)
-            return
-        n = max(self.mask.shape[1], other.mask.shape[1])
-
-        def pad(x: torch.Tensor, dim_from_end: int) -> torch.Tensor:
-            return F.pad(x, (0, 0) * (dim_from_end - 1) + (n - x.shape[-dim_from_end], 0))
-
-        for a, b in zip(self.cache.layers, other.cache.layers, strict=True):
-            a.set(
-                torch.cat([pad(a.keys, 2), pad(b.keys, 2)]), torch.cat([pad(a.values, 2), pad(b.values, 2)])
-            )
-        self.mask = torch.cat([pad(self.mask, 1), pad(other.mask, 1)])
-        self.pos, self.last = torch.cat([self.pos, other.pos]), torch.cat([self.last, other.last])
-        self.seqs += other.seqs
-
-    def row_kv(self, i: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Row i's K/V per layer at its real (unmasked) positions, as (kv_heads, n, head_dim)."""
-        cols = self.mask[i].nonzero().squeeze(1)
-        return [(layer.keys[i][:, cols], layer.values[i][:, cols]) for layer in self.cache.layers]
+    def drop(self, gone: list[int]) -> None:
+        """Remove rows `gone`: each hole takes the current last row (one row's K/V copied)."""
+        lens, last = self.slots.lens, self.last
+        for i in sorted(gone, reverse=True):
+            j = len(self.seqs) - 1
+            if i != j:
+                self.slots.move(j, i)
+                self.seqs[i], lens[i], last[i] = self.seqs[j], lens[j], last[j]
+            self.seqs.pop()
+            lens, last = lens[:j], last[:j]
+        self.slots.lens, self.last = lens, last
 
 
 class Prefixes:
@@ -142,41 +239,44 @@ class Prefixes:
 
     A prompt that extends a stored conversation takes it whole (it is removed: conversations only
     grow); otherwise the longest shared beginning of at least `min_shared` tokens (the system
-    prompt every node shares) is copied out and the entry stays."""
+    prompt every node shares) is copied out and the entry stays. Tokens are kept as int32 bytes
+    too, so "does this prompt extend that conversation" is one C-level startswith per entry."""
 
     def __init__(self, max_tokens: int, min_shared: int = 32) -> None:
         self.max_tokens, self.min_shared, self.tokens, self.count = max_tokens, min_shared, 0, 0
-        self.entries: dict[int, tuple[torch.Tensor, list]] = {}  # insertion-ordered: oldest first
+        self.entries: dict[int, tuple[np.ndarray, bytes, list]] = {}  # insertion-ordered: oldest first
 
     def put(self, ids: list[int], kv: list) -> None:
         if not ids or len(ids) > self.max_tokens:
             return
-        self.entries[self.count] = (torch.tensor(ids), kv)
+        arr = np.asarray(ids, dtype=np.int32)
+        self.entries[self.count] = (arr, arr.tobytes(), kv)
         self.tokens, self.count = self.tokens + len(ids), self.count + 1
         while self.tokens > self.max_tokens:
             self.tokens -= len(self.entries.pop(next(iter(self.entries)))[0])
 
     def take(self, prompt: list[int]) -> tuple[int, list] | None:
         """(n, K/V of prompt[:n]) with n < len(prompt), or None."""
-        p, best, best_n = torch.tensor(prompt), None, 0
-        for key, (ids, _) in self.entries.items():
+        p = np.asarray(prompt, dtype=np.int32)
+        raw = p.tobytes()
+        whole = [k for k, (ids, b, _) in self.entries.items() if len(ids) < len(p) and raw.startswith(b)]
+        if whole:
+            key = max(whole, key=lambda k: len(self.entries[k][0]))
+            ids, _, kv = self.entries.pop(key)
+            self.tokens -= len(ids)
+            return len(ids), kv
+        best, best_n = None, 0
+        for key, (ids, _, _) in self.entries.items():
             m = min(len(ids), len(p) - 1)
             if m <= best_n:
                 continue
-            same = ids[:m] == p[:m]
-            n = m if bool(same.all()) else int(same.int().argmin())
+            differ = np.flatnonzero(ids[:m] != p[:m])
+            n = int(differ[0]) if len(differ) else m
             if n > best_n:
                 best, best_n = key, n
-        if best is None:
+        if best is None or best_n < self.min_shared:
             return None
-        ids, kv = self.entries[best]
-        if best_n == len(ids):
-            del self.entries[best]
-            self.tokens -= best_n
-            return best_n, kv
-        if best_n < self.min_shared:
-            return None
-        return best_n, [(k[:, :best_n], v[:, :best_n]) for k, v in kv]
+        return best_n, [(k[:, :best_n], v[:, :best_n]) for k, v in self.entries[best][2]]
 
     def clear(self) -> None:
         self.entries.clear()

@@ -16,7 +16,7 @@ from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeSpec
 from rao_core.config import AgentConfig, SandboxConfig
 from rao_core.engines.hf import HFEngine
-from rao_core.engines.hf_batch import completes_stop, stop_index
+from rao_core.engines.hf_batch import completes_stop, row_runs, stop_index
 from rao_core.models.tokenizer import tiny_tokenizer
 from tests.agent.test_runtime import NoteEnv
 from tests.engines import chain_model, req, small_model
@@ -259,3 +259,42 @@ def test_cancelled_requests_leave_the_batch():
         return await engine.generate(req(prompts(1)[0], 3))
 
     assert len(run(go, engine).token_ids) == 3
+
+
+def test_rows_of_very_different_lengths_decode_in_runs_and_after_a_sort(ref):
+    """Long and short prompts alternate in slot order, so one attention call over the longest
+    row's columns would read mostly padding: the engine sorts the rows by length (a permutation of
+    the K/V slots) and attends in runs, and every row still decodes exactly as model.generate."""
+    engine = HFEngine(small_model(TOK), TOK)
+    rng = random.Random(5)
+    ps = [[rng.randrange(3, len(TOK)) for _ in range(300 if i % 2 else 4)] for i in range(8)]
+    outs = run(lambda: asyncio.gather(*[engine.generate(req(p, 10)) for p in ps]), engine)
+    assert engine.stats.sorts >= 1
+    for p, g in zip(ps, outs, strict=True):
+        expected = ref.generate(torch.tensor([p]), max_new_tokens=10, do_sample=False)[0, len(p) :]
+        assert g.token_ids == expected.tolist()
+
+
+def test_row_runs_cover_every_row_once_and_count_their_padding():
+    """Against a plain reference on random lengths: contiguous runs that partition the rows, each
+    over its longest row's columns, and the padding they read."""
+    rng = random.Random(0)
+    for _ in range(300):
+        lens = [rng.choice([rng.randint(1, 40), rng.randint(1, 3000)]) for _ in range(rng.randint(1, 70))]
+        cost = rng.choice([0, 64, 512, 10**9])
+        runs, waste = row_runs(lens, cost)
+        assert runs[0][0] == 0 and runs[-1][1] == len(lens)
+        assert all(a[1] == b[0] for a, b in zip(runs, runs[1:], strict=False))
+        assert all(n == max(lens[i:j]) for i, j, n in runs)
+        assert waste == sum(n - x for i, j, n in runs for x in lens[i:j])
+        if cost == 10**9:
+            assert len(runs) == 1
+        if cost == 0:  # every change of length starts a run
+            assert len(runs) == 1 + sum(a != b for a, b in zip(lens, lens[1:], strict=False))
+
+
+def test_sliding_window_models_are_refused_up_front():
+    model = small_model(TOK)
+    model.config.layer_types = ["sliding_attention", "full_attention"]
+    with pytest.raises(NotImplementedError, match="full-attention layers only"):
+        HFEngine(model, TOK)
