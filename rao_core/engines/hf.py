@@ -8,15 +8,13 @@ cells meanwhile):
 - continuous batching: before every step, pending requests are admitted (up to max_batch_size
   sequences and max_batch_tokens of prompt + new tokens), prefilled together and merged into the
   running batch; a node that comes back from its cell joins the next step, not the next batch;
-- one left-padded KV cache for the batch, with an attention mask and per-row position ids; new
-  K/V go into spare columns (DynamicLayer concatenates: a copy of the whole cache every step);
-  a row leaves as soon as it finishes (eos, stop string, max_new_tokens, context limit);
+- K/V in fixed slots (hf_batch.KVSlots): a row per running sequence, position p at column p, so a
+  decode step writes one column per row and nothing is copied when rows join or leave; decode
+  attention runs per K/V head, in runs of rows of similar length;
 - K/V reuse: a node's next prompt is its last prompt + reply + observation, so a finished row's
   K/V are kept and its next turn prefills only what was appended; a new node's prompt copies the
   beginning it shares with a stored one (the system prompt), and a wave of new prompts computes
-  their shared beginning once (vLLM's prefix caching does this by blocks);
-- on CPU, grouped-query attention stays grouped: transformers' SDPA path copies K/V per query
-  head whenever a padding mask is present; `sdpa_gqa` does not.
+  their shared beginning once (vLLM's prefix caching does this by blocks).
 
 Log-prob convention: each returned log-prob is log p(token) under the distribution actually
 sampled from, softmax(logits / T). For greedy requests (T = 0) it is the T = 1 log-softmax.
@@ -110,8 +108,8 @@ class HFEngine(Policy):
         `cpu_threads`: intra-op threads of the engine's worker thread on CPU (None: torch's default).
         One is the robust choice: when cores are oversubscribed (sandboxes, other jobs), OpenMP's
         spin-waiting made 2-thread decoding 18-25x slower on a 2-core machine. The setting is per
-        thread: the rest of the process (training) keeps its own. On CPU the model's "sdpa"
-        attention is switched to the same-math "sdpa_gqa"."""
+        thread: the rest of the process (training) keeps its own. The model's attention becomes
+        the engine's slot attention (a plain forward of it is still stock SDPA)."""
         self.model, self.tokenizer = model.eval(), tokenizer
         self.device = next(model.parameters()).device
         check_full_attention(model.config)

@@ -68,13 +68,22 @@ def build_tiny_model(tokenizer: PreTrainedTokenizerBase, seed: int = 0, **kw) ->
     return model.eval()
 
 
-def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | Path) -> Path:
-    """Write model and tokenizer to a temporary sibling folder, then rename it into place."""
+def save_checkpoint(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | Path, replace: bool = True
+) -> Path:
+    """Write model and tokenizer to a temporary sibling folder, then rename it into place. With
+    `replace=False` a folder that appeared meanwhile (another process built the same one) wins."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    if not replace:
+        try:
+            os.rename(tmp, path)
+        except OSError:  # it exists now, and is the same checkpoint
+            shutil.rmtree(tmp, ignore_errors=True)
+        return path
     old = None
     if path.exists():  # rename() cannot replace a non-empty folder: move the old one aside first
         old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
@@ -124,7 +133,7 @@ def resolve_model(name: str, models_dir: str | Path = MODELS_DIR) -> Path:
         tok = tiny_tokenizer()
         path = Path(models_dir) / f"tiny-{config_hash(tiny_config(tok), tok, 0)}"
         if not path.exists():
-            save_checkpoint(build_tiny_model(tok, seed=0), tok, path)
+            save_checkpoint(build_tiny_model(tok, seed=0), tok, path, replace=False)
         return path
     path = Path(name)
     if not path.is_dir():
