@@ -26,48 +26,39 @@ import torch
 from rao_core.campaign import engines, prepare
 from rao_core.config import load_config
 from rao_core.engines.hf import HFEngine
-from rao_core.engines.hf_batch import KVSlots
+from rao_core.engines.hf_batch import KVSlots, forward_in_slots
 from rao_core.rollout import load_round, rollout_round, summarize
 
 
 def record_forwards() -> tuple[list[tuple], list]:
-    """Patch HFEngine._forward to keep (ids, pos, first slot, write columns, length) per call."""
-    calls, models, original = [], [], HFEngine._forward
+    """Patch HFEngine._forward to keep (ids, positions, first slot, write columns, runs) per call."""
+    calls, engines, original = [], [], HFEngine._forward
 
-    def recording(self, ids, pos, mask, slots):
-        calls.append(
-            (ids.clone(), pos.clone(), slots._first, slots._write_cols.clone(), slots._length, slots.runs)
-        )
-        if not models:
-            models.append(self)
-        return original(self, ids, pos, mask, slots)
+    def recording(self, ids, pos, slots):
+        calls.append((ids.clone(), pos.clone(), slots._first, slots._write_cols.clone(), slots.runs))
+        if not engines:
+            engines.append(self)
+        return original(self, ids, pos, slots)
 
     HFEngine._forward = recording
-    return calls, models
+    return calls, engines
 
 
 @torch.inference_mode()
 def replay(model, calls: list[tuple]) -> float:
-    """Seconds to run the recorded forwards through the model alone, one intra-op thread (as the
-    engine's worker thread)."""
+    """Seconds to run the recorded forwards through the model alone (the mask each plan builds
+    included), one intra-op thread as in the engine's worker thread."""
     torch.set_num_threads(1)
     slots = KVSlots(next(model.parameters()).device)
-    rows = max(first + ids.shape[0] for ids, _, first, *_ in calls)
-    slots.reserve(rows, max(c[4] for c in calls))
-    columns = torch.arange(slots.cols + 1)
-    masks = [(columns[:length] <= pos[:, :, None])[:, None] for _, pos, _, _, length, _ in calls]
+    slots.reserve(
+        max(first + ids.shape[0] for ids, _, first, *_ in calls), max(int(c[1].max()) + 1 for c in calls)
+    )
     start = time.perf_counter()
-    for (ids, pos, first, cols, length, runs), mask in zip(calls, masks, strict=True):
-        cols = cols.clamp(max=slots.cols)  # the recorded scratch column may sit elsewhere
-        slots.plan(first, cols, length, runs)
-        model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=pos,
-            use_cache=False,
-            logits_to_keep=1,
-            kv_slots=slots,
-        )
+    for ids, pos, first, cols, runs in calls:
+        slots.plan(
+            first, cols.clamp(max=slots.cols), pos, runs
+        )  # the recorded scratch column may sit elsewhere
+        forward_in_slots(model, ids, pos, slots)
     return time.perf_counter() - start
 
 
@@ -80,7 +71,7 @@ def main() -> None:
     args = ap.parse_args()
     runs_dir = Path(args.runs_dir or tempfile.mkdtemp(prefix="rollout_bench_"))
     cfg = load_config(None, [f"runs_dir={runs_dir}", "run_name=bench", *args.set])
-    calls, models = record_forwards()
+    calls, engines_seen = record_forwards()
     with engines(cfg):
         prepare(cfg)
         start = time.perf_counter()
@@ -88,18 +79,20 @@ def main() -> None:
         rollout = time.perf_counter() - start
     s = summarize(load_round(cfg, cfg.rollout.round))
     decode = [c for c in calls if c[0].shape[1] == 1]
-    read = sum((j - i) * n for c in decode for i, j, n in c[5])
+    rows = max(1, sum(c[0].shape[0] for c in decode))
+    read = sum((j - i) * n for c in decode for i, j, n in c[4])  # columns attended, padding included
+    used = sum(int(c[1].sum()) + c[1].shape[0] for c in decode)  # each row's own length
     print(
         f"round: {s['trees']} trees, {s['node_turns']} turns, {len(calls)} forwards "
-        f"({len(decode)} decode steps, mean batch {sum(c[0].shape[0] for c in decode) / max(1, len(decode)):.1f}, "
-        f"mean columns read {read / max(1, sum(c[0].shape[0] for c in decode)):.0f}), "
+        f"({len(decode)} decode steps, mean batch {rows / max(1, len(decode)):.1f}, "
+        f"mean columns read {read / rows:.0f} of which real {used / rows:.0f}), "
         f"{cfg.rollout.max_concurrent_trees} trees in flight"
     )
-    st = models[0].stats
+    st = engines_seen[0].stats
     print(
         f"engine thread: decode {st.decode_seconds:.1f} s, prefill {st.prefill_seconds:.1f} s, sorts {st.sorts}"
     )
-    forward = replay(models[0].model, calls)
+    forward = replay(engines_seen[0].model, calls)
     print(
         f"(a) rollout:      {rollout:6.1f} s  (the round, trees written; span of the trees {s['wall_seconds']:.1f} s)"
     )

@@ -47,6 +47,7 @@ from rao_core.engines.hf_batch import (
     Prefixes,
     check_full_attention,
     completes_stop,
+    forward_in_slots,
 )
 from rao_core.models.tiny import load_checkpoint, resolve_model
 
@@ -116,7 +117,6 @@ class HFEngine(Policy):
         model.set_attn_implementation(ATTENTION)  # K/V in the engine's slots (plain forwards: SDPA)
         self.max_batch_size, self.max_batch_tokens = max_batch_size, max_batch_tokens
         self.context_limit = context_limit or model.config.max_position_embeddings
-        self._columns = torch.arange(self.context_limit + 2, device=self.device)
         self.prefixes = Prefixes(prefix_cache_tokens)
         self.version = version
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
@@ -236,11 +236,8 @@ class HFEngine(Policy):
                 runs, sorted_ = batch.decode_runs()
                 self.stats.sorts += sorted_
                 cols = slots.lens[:, None]  # each row's last token goes to its next free column
-                length = int(slots.lens.max()) + 1
-                slots.reserve(len(batch.seqs), length)
-                slots.plan(0, cols, length, runs)
-                mask = self._columns[:length] <= cols[:, :, None]
-                logits = self._forward(batch.last[:, None], cols, mask[:, None], slots)
+                slots.plan(0, cols, cols, runs)
+                logits = self._forward(batch.last[:, None], cols, slots)
                 slots.lens = slots.lens + 1
                 batch.last = self._sample(batch.seqs, logits)
                 self.stats.decode_seconds += time.perf_counter() - start
@@ -292,9 +289,8 @@ class HFEngine(Policy):
             ids[i, width - len(t) :] = torch.tensor(t)
             cols[i, width - len(t) :] = pos[i, width - len(t) :] = torch.arange(k, k + len(t))
         ids, cols, pos = ids.to(self.device), cols.to(self.device), pos.to(self.device)
-        slots.plan(first, cols, length)
-        mask = self._columns[:length] <= pos[:, :, None]  # padding attends to column 0 only
-        logits = self._forward(ids, pos, mask[:, None], slots)
+        slots.plan(first, cols, pos)
+        logits = self._forward(ids, pos, slots)
         slots.lens = torch.cat([slots.lens, pos[:, -1] + 1])
         batch.last = torch.cat([batch.last, self._sample(seqs, logits)])
         batch.seqs += seqs
@@ -304,33 +300,17 @@ class HFEngine(Policy):
     def _kv_of(self, ids: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """K/V of one token sequence, computed in one pass."""
         slots = KVSlots(self.device)
-        slots.reserve(1, len(ids))
         pos = torch.arange(len(ids), device=self.device)[None]
-        slots.plan(0, pos, len(ids))
-        self._forward(
-            torch.tensor([ids], device=self.device),
-            pos,
-            pos[0][None, None, None, :] <= pos[0][None, None, :, None],
-            slots,
-        )
+        slots.plan(0, pos, pos)
+        self._forward(torch.tensor([ids], device=self.device), pos, slots)
         slots.lens = torch.tensor([len(ids)], device=self.device)
         self.stats.prefill_tokens += len(ids)
         return slots.row_kv(0)
 
-    def _forward(self, ids, pos, mask, slots: KVSlots) -> torch.Tensor:
-        """The model on `ids` at positions `pos`, K/V read from and written to `slots`; the 4D
-        `mask` (rows, 1, tokens, columns; True = attend) is passed to attention as is."""
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=pos,
-            use_cache=False,
-            logits_to_keep=1,
-            kv_slots=slots,
-        )
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, slots: KVSlots) -> torch.Tensor:
         self.stats.batches += 1
         self.stats.batch_sizes.append(ids.shape[0])
-        return out.logits[:, -1].float()
+        return forward_in_slots(self.model, ids, pos, slots)
 
     def _sample(self, seqs: list[_Seq], logits: torch.Tensor) -> torch.Tensor:
         """Greedy (T = 0) or ancestral sampling per row; log-probs under softmax(logits / T)."""

@@ -105,11 +105,8 @@ class KVSlots:
         self.lens = torch.zeros(0, dtype=torch.long, device=device)  # filled columns per live row
         self._write_rows = self._write_cols = torch.empty(0)
         self._first, self._length = 0, 0
+        self.mask = torch.empty(0, dtype=torch.bool)
         self.runs: list[tuple[int, int, int]] = []  # decode: (first row, end row, columns) per run
-
-    @property
-    def n(self) -> int:
-        return len(self.lens)
 
     def reserve(self, rows: int, cols: int) -> None:
         if rows <= self.rows and cols <= self.cols:
@@ -125,21 +122,28 @@ class KVSlots:
                 store[layer] = new
         self.rows, self.cols = rows, cols
 
-    def plan(self, first: int, cols: torch.Tensor, length: int, runs: list | None = None) -> None:
-        """The next forward's rows are slots first..first+len(cols); its token (i, j) is written to
-        column cols[i, j] (self.cols: scratch) and attention reads columns [0, length), or in a
-        decode step, rows i..j columns [0, n) for each (i, j, n) of `runs`."""
-        self._first, self._length, self._write_cols = first, length, cols
-        self.runs = runs or [(0, cols.shape[0], length)]
+    def plan(self, first: int, cols: torch.Tensor, pos: torch.Tensor, runs: list | None = None) -> None:
+        """The next forward's rows are slots first..first+len(cols); its token (i, j), at position
+        pos[i, j], is written to column cols[i, j] (self.cols: scratch, for padding) and attends to
+        columns [0, pos[i, j]] (padding, at position 0: column 0 only). A decode step attends in
+        `runs`: rows i..j over columns [0, n) for each (i, j, n)."""
+        self._length = int(pos.max()) + 1
+        self.reserve(first + cols.shape[0], self._length)
+        self._first, self._write_cols = first, cols
+        self.runs = runs or [(0, cols.shape[0], self._length)]
+        columns = torch.arange(self._length, device=self.device)
+        self.mask = (columns <= pos[:, :, None])[:, None]  # (rows, 1, tokens, columns), True = attend
         rows = torch.arange(first, first + cols.shape[0], device=self.device)
         self._write_rows = rows[:, None].expand_as(cols)
 
+    def _allocate(self, layer: int, kv_heads: int, dim: int, like: torch.Tensor) -> None:
+        if layer not in self.keys:  # zeros: masked columns must hold no NaN
+            self.keys[layer] = like.new_zeros((self.rows, kv_heads, self.cols + 1, dim))
+            self.values[layer] = torch.zeros_like(self.keys[layer])
+
     def write(self, layer: int, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store a forward's (batch, kv_heads, tokens, dim) K/V; return the columns to attend to."""
-        if layer not in self.keys:
-            shape = (self.rows, key.shape[1], self.cols + 1, key.shape[3])
-            self.keys[layer] = key.new_zeros(shape)  # zeros: masked columns must hold no NaN
-            self.values[layer] = value.new_zeros(shape)
+        self._allocate(layer, key.shape[1], key.shape[3], key)
         k, v = self.keys[layer], self.values[layer]
         k[self._write_rows, :, self._write_cols] = key.transpose(1, 2)
         v[self._write_rows, :, self._write_cols] = value.transpose(1, 2)
@@ -149,9 +153,7 @@ class KVSlots:
     def load(self, row: int, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         """Put stored (kv_heads, n, dim) K/V per layer at the start of slot `row`."""
         for layer, (k, v) in enumerate(kv):
-            if layer not in self.keys:
-                shape = (self.rows, k.shape[0], self.cols + 1, k.shape[2])
-                self.keys[layer], self.values[layer] = k.new_zeros(shape), v.new_zeros(shape)
+            self._allocate(layer, k.shape[0], k.shape[2], k)
             self.keys[layer][row, :, : k.shape[1]] = k
             self.values[layer][row, :, : v.shape[1]] = v
 
@@ -175,6 +177,20 @@ class KVSlots:
         for store in (self.keys, self.values):
             for t in store.values():
                 t[dst, :, :n] = t[src, :, :n]
+
+
+def forward_in_slots(model, ids: torch.Tensor, pos: torch.Tensor, slots: KVSlots) -> torch.Tensor:
+    """Last-position logits (float32) of `model` on `ids` at positions `pos`, with K/V read from and
+    written to `slots` as `slots.plan` set up; the plan's 4D mask goes to attention as is."""
+    out = model(
+        input_ids=ids,
+        attention_mask=slots.mask,
+        position_ids=pos,
+        use_cache=False,
+        logits_to_keep=1,
+        kv_slots=slots,
+    )
+    return out.logits[:, -1].float()
 
 
 def row_runs(lens: list[int], run_cost: int = 512) -> tuple[list[tuple[int, int, int]], int]:
