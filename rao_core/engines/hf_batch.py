@@ -52,7 +52,7 @@ def slot_attention(module, query, key, value, attention_mask, dropout=0.0, scali
     keys, values = kv_slots.write(module.layer_idx, key, value)
     b, heads, tokens, dim = query.shape
     if tokens == 1:  # decode: a K/V head's query heads share keys and mask, so they are its query rows
-        grouped = query.view(b, keys.shape[1], heads // keys.shape[1], dim)  # 1.4x faster than GQA
+        grouped = query.view(b, keys.shape[1], heads // keys.shape[1], dim)
         outs = [  # each run of rows over its own columns
             F.scaled_dot_product_attention(
                 grouped[i:j],
