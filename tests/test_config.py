@@ -125,7 +125,7 @@ def test_check_prints_the_resolved_config_and_runs_nothing(tmp_path, capsys):
         main(["train", "--check", "--set", f"runs_dir={tmp_path}", "--set", "eval.context_limits=2048"]) == 0
     )
     printed = yaml.safe_load(capsys.readouterr().out)
-    assert printed["eval"]["context_limits"] == [2048] and printed["train"]["lr"] == 1.5e-4
+    assert printed["eval"]["context_limits"] == [2048] and printed["train"]["lr"] == 3e-4
     assert list(tmp_path.iterdir()) == []
 
 

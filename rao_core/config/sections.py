@@ -176,7 +176,7 @@ class TrainConfig:
         "cispo", "TRL loss; cispo = -(sg(clip(ratio, 0, clip_high)) * A * log pi), token mean (the reference)"
     )
     lr: Float = opt(
-        1.5e-4,
+        3e-4,
         "AdamW learning rate, constant within a round (the tiny model; the paper uses 3e-6 for 4B; 0 measures without updating)",
         ge=0,
         lt=1,
