@@ -7,10 +7,16 @@
     and attention into preallocated slots, and nothing else: no admission, sampling, stop checks,
     K/V reuse bookkeeping, cells or asyncio. That is the limit of this engine design on this model.
 
-Prints both and `rollout / forward-only`. The round's trees are the same at every concurrency (the
+(c) with --ray-shards S: the same round as S engine replicas in parallel, one Ray task each,
+    through the `rao-rollout` flow (`rollout.runner=ray`, `rollout.shards=S`: both cores of this
+    machine at S = 2), run twice in one Ray session as a campaign does: the first pass pays the
+    workers' start (once per campaign), the second is what every later round costs. Its trees are
+    checked, token for token, against (a).
+
+Prints them and `rollout / forward-only`. The round's trees are the same at every concurrency (the
 sampling is seeded per node), so `--set rollout.max_concurrent_trees=16` times today's schedule.
 
-    .venv/bin/python bench/rollout_bench.py [--set rollout.max_concurrent_trees=16] [--runs-dir DIR]
+    .venv/bin/python bench/rollout_bench.py [--set rollout.max_concurrent_trees=16] [--ray-shards 2] [--runs-dir DIR]
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from pathlib import Path
 import torch
 
 from rao_core.campaign import engines, prepare
-from rao_core.config import load_config
+from rao_core.config import RunConfig, load_config
 from rao_core.engines.hf import HFEngine
 from rao_core.engines.hf_batch import KVSlots, forward_in_slots
 from rao_core.rollout import load_round, rollout_round, summarize
@@ -62,12 +68,39 @@ def replay(model, calls: list[tuple]) -> float:
     return time.perf_counter() - start
 
 
+def tokens(cfg) -> list[tuple]:
+    """The round's nodes, in a fixed order, as what they sampled."""
+    rows = (
+        load_round(cfg, cfg.rollout.round).select(["task_id", "sample", "node_id", "token_ids"]).to_pylist()
+    )
+    return sorted(tuple(r.values()) for r in rows)
+
+
+def ray_passes(overrides: list[str], shards: int) -> tuple[list[float], RunConfig]:
+    """Seconds of two passes of the round as `shards` Ray tasks through the flow, in one Ray
+    session (started before the first), and the config of the second pass."""
+    from flows.cli import _prefect_env
+    from flows.training import ray_session, rollout_flow
+
+    _prefect_env()
+    ray = ["rollout.runner=ray", f"rollout.shards={shards}"]
+    cfgs = {name: [*overrides, *ray, f"run_name={name}"] for name in ("ray-first", "ray-warm")}
+    seconds = []
+    with ray_session(load_config(None, cfgs["ray-first"])):
+        for over in cfgs.values():
+            start = time.perf_counter()
+            rollout_flow(overrides=over)
+            seconds.append(time.perf_counter() - start)
+    return seconds, load_config(None, cfgs["ray-warm"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument(
         "--runs-dir", default=None, help="where the round is written (default: a temporary folder)"
     )
+    ap.add_argument("--ray-shards", type=int, default=0, help="also time the round as S Ray tasks (c)")
     args = ap.parse_args()
     runs_dir = Path(args.runs_dir or tempfile.mkdtemp(prefix="rollout_bench_"))
     cfg = load_config(None, [f"runs_dir={runs_dir}", "run_name=bench", *args.set])
@@ -98,6 +131,16 @@ def main() -> None:
     )
     print(f"(b) forward-only: {forward:6.1f} s  (the same forwards, nothing else)")
     print(f"rollout / forward-only = {rollout / forward:.1f}x")
+    if args.ray_shards:
+        passes, ray_cfg = ray_passes([f"runs_dir={runs_dir}", *args.set], args.ray_shards)
+        same = tokens(ray_cfg) == tokens(cfg)
+        print(
+            f"(c) on Ray, {args.ray_shards} shards: {passes[1]:6.1f} s  (first pass, with the workers' start: "
+            f"{passes[0]:.1f} s; trees token for token as (a): {same})"
+        )
+        print(
+            f"Ray rollout / forward-only = {passes[1] / forward:.1f}x; (a) / (c) = {rollout / passes[1]:.1f}x"
+        )
     if args.runs_dir is None:
         shutil.rmtree(runs_dir, ignore_errors=True)
 

@@ -246,9 +246,15 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     cfg = _checked(args)
     if args.check:
         return 0
-    with runlock.writing(cfg.run_dir, "rao rollout"), engines(cfg):
-        prepare(cfg)
-        path = rollout_round(cfg, progress=not args.no_progress)
+    if cfg.rollout.runner == "ray":  # the shards in parallel as Ray tasks: through the flow
+        _prefect_env()
+        from flows.training import rollout_flow
+
+        path = rollout_flow(config=args.config, overrides=args.overrides)
+    else:
+        with runlock.writing(cfg.run_dir, "rao rollout"), engines(cfg):
+            prepare(cfg)
+            path = rollout_round(cfg, progress=not args.no_progress)
     _print_summary(summarize(load_round(cfg, cfg.rollout.round)), str(path))
     return 0
 

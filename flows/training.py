@@ -37,6 +37,26 @@ def writing(cfgs: list[RunConfig], command: str):
 SHARD_RAY_RETRIES = 2
 
 
+@contextlib.contextmanager
+def ray_session(cfg: RunConfig):
+    """With `rollout.runner=ray`, one Ray connection for the whole flow run: every round's shards
+    reuse it and its warm workers (a local instance takes 7-11 s to start here, about as long as a
+    sharded round). The task runner below finds Ray initialised and leaves it running."""
+    if cfg.rollout.runner != "ray":
+        yield
+        return
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    ray.init(address=cfg.rollout.ray_address or None)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
 def ray_runner(cfg: RunConfig) -> TaskRunner:
     """Prefect's Ray task runner on `rollout.ray_address` ('' starts a local Ray instance for the
     flow run; an already initialised Ray in this process is used as is)."""
@@ -45,28 +65,41 @@ def ray_runner(cfg: RunConfig) -> TaskRunner:
     return RayTaskRunner(init_kwargs={"address": cfg.rollout.ray_address or None})
 
 
-@flow(name="rao-rollout-shards", log_prints=True, validate_parameters=False)
-def rollout_shards_flow(cfg: RunConfig, round_: int) -> list[str]:
-    """Every shard of round `round_` as one task run, mapped over the flow's task runner (Ray),
-    each reserving `rollout.num_cpus_per_shard` CPUs and `num_gpus_per_shard` GPUs. The run folder
-    goes out as an absolute path: workers on other nodes have other working directories."""
+@flow(name="rao-shards", log_prints=True, validate_parameters=False)
+def shards_flow(cfg: RunConfig, stage: str, index: int) -> list[str]:
+    """Every shard of round `index`'s rollout (`stage` "rollout") or of version `index`'s evaluation
+    ("evaluate") as one task run, mapped over the flow's task runner (Ray), each reserving
+    `rollout.num_cpus_per_shard` CPUs and `num_gpus_per_shard` GPUs. The run folder goes out as an
+    absolute path: workers on other nodes have other working directories."""
     from prefect_ray.context import remote_options
 
+    shard_task = {"rollout": stages.rollout_shard, "evaluate": stages.evaluate_shard}[stage]
     cfg = dataclasses.replace(cfg, runs_dir=str(Path(cfg.runs_dir).resolve()))
     r = cfg.rollout
     with remote_options(
         num_cpus=r.num_cpus_per_shard, num_gpus=r.num_gpus_per_shard, max_retries=SHARD_RAY_RETRIES
     ):
-        futures = stages.rollout_shard.map(unmapped(cfg), round_, range(r.shards))
+        futures = shard_task.map(unmapped(cfg), index, range(r.shards))
     return futures.result()
+
+
+def shards_on_ray(cfg: RunConfig, stage: str, index: int) -> None:
+    shards_flow.with_options(name=f"rao-{stage}-shards", task_runner=ray_runner(cfg))(cfg, stage, index)
 
 
 def rollout(cfg: RunConfig, round_: int) -> str:
     """The round's rollout. With `rollout.runner=ray` the shards run first, in parallel on the Ray
     cluster, and the rollout task then only seals the round; locally it runs the shards in turn."""
     if cfg.rollout.runner == "ray" and not is_complete(cfg.layout.rollouts(round_)):
-        rollout_shards_flow.with_options(task_runner=ray_runner(cfg))(cfg, round_)
+        shards_on_ray(cfg, "rollout", round_)
     return stages.rollout(cfg, round_)
+
+
+def evaluate(cfg: RunConfig, version: int) -> dict:
+    """Version `version`'s evaluation, its shards on Ray first like a round's rollout."""
+    if cfg.rollout.runner == "ray" and not is_complete(cfg.layout.eval(version)):
+        shards_on_ray(cfg, "evaluate", version)
+    return stages.evaluate(cfg, version)
 
 
 def run_round(cfg: RunConfig, round_: int) -> dict:
@@ -74,7 +107,7 @@ def run_round(cfg: RunConfig, round_: int) -> dict:
     rollout(cfg, round_)
     stages.score(cfg, round_)
     stages.train(cfg, round_)
-    stages.evaluate(cfg, round_ + 1)
+    evaluate(cfg, round_ + 1)
     return stages.report(cfg, round_)
 
 
@@ -94,10 +127,10 @@ def train_flow(config: str | None = None, overrides: list[str] | None = None) ->
 def _rounds(cfg: RunConfig, arms: list[RunConfig]) -> None:
     """Warm start and v0 of every arm, then the rounds, the arms interleaved."""
     # MLflow: RUNNING, then FINISHED / FAILED / KILLED; a vLLM server lives as long as the campaign
-    with tracking.campaign_status(arms), campaign.engines(cfg):
+    with tracking.campaign_status(arms), campaign.engines(cfg), ray_session(cfg):
         for arm in arms:
             stages.warm_start(arm)
-            stages.log_baseline(arm, stages.evaluate(arm, 0))
+            stages.log_baseline(arm, evaluate(arm, 0))
         for r in range(cfg.campaign.rounds):
             for arm in arms:  # interleaved, so both learning curves grow side by side
                 run_round(arm, r)
@@ -113,7 +146,7 @@ def round_flow(config: str | None = None, overrides: list[str] | None = None) ->
     with writing(arms, "rao round"):
         for arm in arms:
             stages.synthesize(arm)
-        with tracking.campaign_status(arms), campaign.engines(cfg):
+        with tracking.campaign_status(arms), campaign.engines(cfg), ray_session(cfg):
             for arm in arms:
                 stages.warm_start(arm)
                 metrics.append(run_round(arm, campaign.completed_rounds(arm)))
@@ -145,10 +178,10 @@ def evaluate_flow(
     """Evaluate a policy version (default: the latest) on held-out tasks; with `compare`, in
     single and recursive mode at every context limit of eval.modes x eval.context_limits."""
     cfg = _config(config, overrides)
-    with writing([cfg], "rao eval"), campaign.engines(cfg):
+    with writing([cfg], "rao eval"), campaign.engines(cfg), ray_session(cfg):
         stages.synthesize(cfg)
         stages.warm_start(cfg)
         version = campaign.completed_rounds(cfg) if version < 0 else version
         if compare:
             return stages.compare(cfg, version)
-        return stages.evaluate(cfg, version)
+        return evaluate(cfg, version)

@@ -46,11 +46,10 @@ from rao_core.store.schema import NODE_SCHEMA
 T = TypeVar("T")
 
 
-def shard_dir(cfg: RunConfig, round_: int, shard: int) -> Path:
-    """Shard K's partition: `round=N/shard=K/`, or the round's own folder when there is one shard
-    (so `shards = 1` keeps the unsharded layout)."""
-    dest = cfg.layout.rollouts(round_)
-    return dest if cfg.rollout.shards == 1 else dest / f"shard={shard}"
+def shard_dir(dest: Path, shard: int, shards: int) -> Path:
+    """Shard K's partition of `dest` (a round, or an evaluated version): `dest/shard=K/`, or `dest`
+    itself when there is one shard (so `shards = 1` keeps the unsharded layout)."""
+    return dest if shards == 1 else dest / f"shard={shard}"
 
 
 def shard_tasks(tasks: Sequence[T], shards: int) -> list[list[T]]:
@@ -141,44 +140,44 @@ def rollout_round(cfg: RunConfig, progress: bool = False, model_path: Path | Non
     """Roll out one training round; a round whose partition is already complete is not run again.
     Shards not yet complete run here one after another (a Ray cluster runs them in parallel first:
     flows/training.py), then the round is sealed."""
-    if not is_complete(cfg.layout.rollouts(cfg.rollout.round)):
-        check_shard_count(cfg)
+    dest = cfg.layout.rollouts(cfg.rollout.round)
+    if not is_complete(dest):
+        check_shard_count(dest, cfg.rollout.shards, f"round {cfg.rollout.round}")
         for k in range(cfg.rollout.shards):
             rollout_shard(cfg, k, progress, model_path)
-    return seal_round(cfg)
+    return seal_shards(dest, cfg.rollout.shards)
 
 
 def rollout_shard(cfg: RunConfig, shard: int, progress: bool = False, model_path: Path | None = None) -> Path:
     """Shard `shard` of round `rollout.round`: its share of the root tasks, G trees each, on an
     engine replica of its own, written as its own partition. Idempotent, so a retried shard whose
     partition is complete is a no-op and an incomplete one is rewritten whole."""
-    draw = Draw.training(cfg, shard=(shard, cfg.rollout.shards))
-    return run_rollout(cfg, shard_dir(cfg, cfg.rollout.round, shard), draw, model_path, progress)
+    n = cfg.rollout.shards
+    dest = shard_dir(cfg.layout.rollouts(cfg.rollout.round), shard, n)
+    return run_rollout(cfg, dest, Draw.training(cfg, shard=(shard, n)), model_path, progress)
 
 
-def check_shard_count(cfg: RunConfig) -> None:
-    """A round started with S shards is finished with S: its complete shards hold the tasks dealt
-    k::S, and another count would deal the rest differently (duplicated and missing tasks)."""
-    dest = cfg.layout.rollouts(cfg.rollout.round)
+def check_shard_count(dest: Path, shards: int, what: str) -> None:
+    """A partition started with S shards is finished with S: its complete shards hold the tasks
+    dealt k::S, and another count would deal the rest differently (duplicated and missing tasks)."""
     for part in dest.glob("shard=*"):
         if is_complete(part):
-            started = read_meta(part).get("shard", [0, cfg.rollout.shards])[1]
-            if started != cfg.rollout.shards:
+            started = read_meta(part).get("shard", [0, shards])[1]
+            if started != shards:
                 raise ValueError(
-                    f"rollout.shards: {cfg.rollout.shards}: round {cfg.rollout.round} was started with "
-                    f"{started} shards; finish it with rollout.shards={started} (a new count applies from the next round)"
+                    f"rollout.shards: {shards}: {what} was started with {started} shards; finish it "
+                    f"with rollout.shards={started} (a new count applies from the next round)"
                 )
 
 
-def seal_round(cfg: RunConfig) -> Path:
-    """Mark a sharded round complete once every shard is (a no-op for one shard or a sealed round):
-    from then on readers see the shards as one table."""
-    dest = cfg.layout.rollouts(cfg.rollout.round)
-    if cfg.rollout.shards == 1 or is_complete(dest):
+def seal_shards(dest: Path, shards: int) -> Path:
+    """Mark a sharded partition complete once every shard is (a no-op for one shard or a sealed
+    partition): from then on readers see the shards as one table."""
+    if shards == 1 or is_complete(dest):
         return dest
-    parts = [shard_dir(cfg, cfg.rollout.round, k).name for k in range(cfg.rollout.shards)]
+    parts = [shard_dir(dest, k, shards).name for k in range(shards)]
     metas = [read_meta(dest / p) for p in parts if is_complete(dest / p)]
-    meta = {  # the round's wall time is its slowest shard's
+    meta = {  # the partition's wall time is its slowest shard's
         "trees": sum(m.get("trees", 0) for m in metas),
         "seconds": max((m.get("seconds", 0.0) for m in metas), default=0.0),
     }
@@ -208,13 +207,17 @@ class Draw:
                    shard=shard)  # fmt: skip
 
     @classmethod
-    def evaluation(cls, cfg: RunConfig, samples: int | None = None, temperature: float | None = None) -> Draw:
+    def evaluation(
+        cls, cfg: RunConfig, samples: int | None = None, temperature: float | None = None,
+        shard: tuple[int, int] = (0, 1),
+    ) -> Draw:  # fmt: skip
         """Held-out evaluation: eval.num_tasks validation tasks per difficulty, the same tasks for
         every policy version (tasks.seed), eval.samples trees each at eval.temperature."""
         e = cfg.eval
         return cls(
             e.split, tuple(e.difficulty), e.num_tasks, e.samples if samples is None else samples,
             e.temperature if temperature is None else temperature, per_difficulty=True, task_seed=cfg.tasks.seed,
+            shard=shard,
         )  # fmt: skip
 
 

@@ -49,6 +49,17 @@ def rollout_shard(cfg: RunConfig, round_: int, shard: int) -> str:
     return str(path)
 
 
+@task(name="evaluate-shard", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+def evaluate_shard(cfg: RunConfig, version: int, shard: int) -> str:
+    """One shard of a version's evaluation, retried like a rollout shard."""
+    from rao_core.eval.evaluate import evaluate_shard
+
+    path = evaluate_shard(
+        campaign.round_config(cfg, version), version, shard, campaign.model_path(cfg, version)
+    )
+    return str(path)
+
+
 @task(name="score", **STAGE)
 def score(cfg: RunConfig, round_: int) -> str:
     path = campaign.stage_score(cfg, round_)

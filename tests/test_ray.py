@@ -21,6 +21,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from rao_core.config import ConfigError, RunConfig, load_config
+from rao_core.eval.evaluate import evaluate_round, evaluate_shard
 from rao_core.rollout import load_round, rollout_round, rollout_shard, shard_tasks
 from rao_core.scoring import score_nodes, score_round
 from rao_core.store.db import connect
@@ -99,8 +100,8 @@ def test_a_round_is_finished_with_the_shard_count_it_started_with(tmp_path):
         rollout_round(other)
 
 
-def shard_task_runs(since: datetime) -> list[str]:
-    """States of the `rollout-shard` task runs that started after `since`."""
+def shard_task_runs(since: datetime, name: str = "rollout-shard") -> list[str]:
+    """States of the `name` task runs (shards) that started after `since`."""
     from prefect.client.orchestration import get_client
 
     async def read():
@@ -108,7 +109,7 @@ def shard_task_runs(since: datetime) -> list[str]:
             return await client.read_task_runs()
 
     runs = asyncio.run(read())
-    return [r.state.type.value for r in runs if r.name.startswith("rollout-shard") and r.start_time >= since]
+    return [r.state.type.value for r in runs if r.name.startswith(name) and r.start_time >= since]
 
 
 def check_round(cfg: RunConfig) -> list[dict]:
@@ -193,3 +194,49 @@ def test_lost_workers_shards_are_retried_without_duplicates(
     check_round(cfg)
     first_write = int((tmp_path / "killed-shard-0").read_text())
     assert (cfg.layout.rollouts(0) / "shard=0" / "nodes.parquet").stat().st_mtime_ns == first_write
+
+
+def timeless(summary: dict) -> dict:
+    """An evaluation summary without its wall-clock figures (the rest is the trees')."""
+    return {k: {f: v for f, v in d.items() if f != "seconds_per_tree"} if isinstance(d, dict) else d
+            for k, d in summary.items()}  # fmt: skip
+
+
+def test_local_eval_shards_are_one_evaluation(tmp_path):
+    """A sharded evaluation on the real shipped checkpoint (greedy, HFEngine) holds, token for
+    token, the trees of one unsharded evaluation, and summarises to the same figures."""
+    base = [f"runs_dir={tmp_path}", "eval.num_tasks=3"]  # 3 medium + 3 hard held-out tasks
+    one = load_config(overrides=[*base, "run_name=one"])
+    two = load_config(overrides=[*base, "run_name=two", "rollout.shards=2"])
+    summaries = [timeless(evaluate_round(cfg, 0)) for cfg in (one, two)]
+    assert read_meta(two.layout.eval(0))["parts"] == ["shard=0", "shard=1"]
+    assert (one.layout.eval(0) / "nodes.parquet").is_file()  # one shard: the unsharded layout
+    cols = ["task_id", "sample", "depth", "status", "success", "token_ids"]
+    rows = [sorted(read_partition(c.layout.eval(0), "nodes").select(cols).to_pylist(),
+                   key=lambda r: (r["task_id"], r["depth"], r["token_ids"])) for c in (one, two)]  # fmt: skip
+    assert rows[0] == rows[1] and len({r["task_id"] for r in rows[0]}) == 6
+    assert summaries[0] == summaries[1]
+
+    evaluate_shard(two, 1, 0)  # a version started with 2 shards is finished with 2
+    three = load_config(overrides=[*base, "run_name=two", "rollout.shards=3"])
+    with pytest.raises(ValueError, match="the evaluation of version 1 was started with 2 shards"):
+        evaluate_round(three, 1)
+
+
+@pytest.mark.slow
+def test_evaluation_shards_on_ray(ray_cluster, prefect_server, tmp_path):
+    """`rao eval` with runner=ray: one `evaluate-shard` task run per shard on the Ray instance the
+    flow found (and left running), sealed as one evaluation equal to a local one."""
+    from flows.training import evaluate_flow
+
+    overrides, cfg = sharded_config(tmp_path, "eval.num_tasks=2")
+    since = datetime.now(UTC)
+    summary = evaluate_flow(overrides=overrides, version=0)
+    assert ray.is_initialized()  # ray_session and the task runner leave a Ray they did not start
+    assert shard_task_runs(since, "evaluate-shard") == ["COMPLETED", "COMPLETED"]
+    assert read_meta(cfg.layout.eval(0))["parts"] == ["shard=0", "shard=1"]
+    local = load_config(overrides=[*overrides, "run_name=local", "rollout.runner=local", "rollout.shards=1"])
+    evaluate_round(local, 0)  # the scripted expert's tree shapes are not seeded per tree: compare the draw
+    roots = [sorted(r["tree_id"] for r in read_partition(c.layout.eval(0), "nodes").to_pylist() if r["depth"] == 0)
+             for c in (cfg, local)]  # fmt: skip
+    assert roots[0] == roots[1] and len(roots[0]) == summary["all"]["trees"] == 4

@@ -128,7 +128,7 @@ class RolloutConfig:
     policy_version: Int = opt(0, "policy version recorded with the rows", ge=0, resume="free")
     shards: Int = opt(
         1,
-        "root tasks are dealt into this many shards, each with its own engine replica and partition",
+        "root tasks (and held-out tasks) are dealt into this many shards, each with its own engine replica and partition",
         ge=1,
         resume="free",
     )
@@ -365,6 +365,10 @@ class RunConfig:
             (j.kind in ("none", "scripted") or bool(j.model), "judge.model", j.model, f"needed by judge.kind {j.kind}"),
             (j.kind != "openai" or bool(j.base_url), "judge.base_url", j.base_url, "needed by judge.kind openai"),
             (r.shards <= r.num_tasks, "rollout.shards", r.shards, f"must be <= rollout.num_tasks ({r.num_tasks})"),
+            (
+                r.shards == 1 or r.shards <= self.eval.num_tasks * len(self.eval.difficulty), "rollout.shards", r.shards,
+                f"must be <= the held-out tasks (eval.num_tasks x difficulties = {self.eval.num_tasks * len(self.eval.difficulty)})",
+            ),
             (
                 r.group_size >= 2 or self.scoring.single_tree_groups == "zero_baseline",
                 "rollout.group_size", r.group_size,
