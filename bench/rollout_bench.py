@@ -33,6 +33,7 @@ from rao_core.campaign import engines, prepare
 from rao_core.config import RunConfig, load_config
 from rao_core.engines.hf import HFEngine
 from rao_core.engines.hf_batch import KVSlots, forward_in_slots
+from rao_core.envs.suites import open_suite
 from rao_core.rollout import load_round, rollout_round, summarize
 
 
@@ -107,6 +108,7 @@ def main() -> None:
     calls, engines_seen = record_forwards()
     with engines(cfg):
         prepare(cfg)
+        open_suite(cfg)  # the suite's imports: once per process, not once per round
         start = time.perf_counter()
         rollout_round(cfg)
         rollout = time.perf_counter() - start
