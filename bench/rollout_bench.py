@@ -79,20 +79,28 @@ def tokens(cfg) -> list[tuple]:
 
 def ray_passes(overrides: list[str], shards: int) -> tuple[list[float], RunConfig]:
     """Seconds of two passes of the round as `shards` Ray tasks through the flow, in one Ray
-    session (started before the first), and the config of the second pass."""
+    session and one parent flow run (so one Prefect API server, as in `rao train`), and the config
+    of the second pass."""
+    from prefect import flow
+
     from flows.cli import _prefect_env
     from flows.training import ray_session, rollout_flow
 
     _prefect_env()
     ray = ["rollout.runner=ray", f"rollout.shards={shards}"]
     cfgs = {name: [*overrides, *ray, f"run_name={name}"] for name in ("ray-first", "ray-warm")}
-    seconds = []
-    with ray_session(load_config(None, cfgs["ray-first"])):
-        for over in cfgs.values():
-            start = time.perf_counter()
-            rollout_flow(overrides=over)
-            seconds.append(time.perf_counter() - start)
-    return seconds, load_config(None, cfgs["ray-warm"])
+
+    @flow(name="rollout-bench")
+    def passes() -> list[float]:
+        seconds = []
+        with ray_session(load_config(None, cfgs["ray-first"])):
+            for over in cfgs.values():
+                start = time.perf_counter()
+                rollout_flow(overrides=over)
+                seconds.append(time.perf_counter() - start)
+        return seconds
+
+    return passes(), load_config(None, cfgs["ray-warm"])
 
 
 def main() -> None:
