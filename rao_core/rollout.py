@@ -140,12 +140,20 @@ def rollout_round(cfg: RunConfig, progress: bool = False, model_path: Path | Non
     """Roll out one training round; a round whose partition is already complete is not run again.
     Shards not yet complete run here one after another (a Ray cluster runs them in parallel first:
     flows/training.py), then the round is sealed."""
-    dest = cfg.layout.rollouts(cfg.rollout.round)
+    dest, n = cfg.layout.rollouts(cfg.rollout.round), cfg.rollout.shards
+    return run_sharded(
+        dest, n, f"round {cfg.rollout.round}", lambda k: rollout_shard(cfg, k, progress, model_path)
+    )
+
+
+def run_sharded(dest: Path, shards: int, what: str, run_shard: Callable[[int], Path]) -> Path:
+    """The partition `dest` as `shards` shards (a round, or an evaluated version): unless it is
+    complete, run every shard (each a no-op when complete) in turn, then seal it."""
     if not is_complete(dest):
-        check_shard_count(dest, cfg.rollout.shards, f"round {cfg.rollout.round}")
-        for k in range(cfg.rollout.shards):
-            rollout_shard(cfg, k, progress, model_path)
-    return seal_shards(dest, cfg.rollout.shards)
+        check_shard_count(dest, shards, what)
+        for k in range(shards):
+            run_shard(k)
+    return seal_shards(dest, shards)
 
 
 def rollout_shard(cfg: RunConfig, shard: int, progress: bool = False, model_path: Path | None = None) -> Path:

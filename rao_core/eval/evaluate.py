@@ -15,9 +15,9 @@ from typing import Any
 
 from rao_core.config import RunConfig
 from rao_core.eval.metrics import tree_metrics
-from rao_core.rollout import Draw, check_shard_count, run_rollout, seal_shards, shard_dir
+from rao_core.rollout import Draw, run_rollout, run_sharded, shard_dir
 from rao_core.store.files import write_json
-from rao_core.store.parquet import is_complete, read_partition
+from rao_core.store.parquet import read_partition
 
 
 def evaluate_round(
@@ -25,12 +25,9 @@ def evaluate_round(
 ) -> dict:
     """Evaluate policy version `round_` (idempotent: a complete partition is only re-summarised,
     a complete shard is not run again)."""
-    dest, shards = cfg.layout.eval(round_), cfg.rollout.shards
-    if not is_complete(dest):
-        check_shard_count(dest, shards, f"the evaluation of version {round_}")
-        for k in range(shards):
-            evaluate_shard(cfg, round_, k, model_path, progress)
-    seal_shards(dest, shards)
+    dest = cfg.layout.eval(round_)
+    run = lambda k: evaluate_shard(cfg, round_, k, model_path, progress)  # noqa: E731
+    run_sharded(dest, cfg.rollout.shards, f"the evaluation of version {round_}", run)
     return summarize_eval(dest)
 
 
