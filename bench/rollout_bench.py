@@ -1,11 +1,15 @@
 """Benchmark: the default rollout round against the bare model forward it needs.
 
 (a) rollout: round 0 of the default configuration (`rao rollout`: small-inline-root, 8 tasks x 12
-    trees, seed 0; change it with --set), in process through HFEngine, timed from the first tree to
-    the last; every forward the engine makes is recorded (tokens, positions, slots, columns);
-(b) forward-only: the same forwards, in the same order and shapes, replayed through the same model
-    and attention into preallocated slots, and nothing else: no admission, sampling, stop checks,
-    K/V reuse bookkeeping, cells or asyncio. That is the limit of this engine design on this model.
+    trees, seed 0; change it with --set), its engines as configured (`policy.engine_processes`,
+    auto: one child process per core, here 2), timed from the first tree to the last on engine
+    processes already started (a campaign starts them once, at its first round);
+(a0) the same round with one engine in process (`policy.engine_processes=0`), every forward it makes
+    recorded (tokens, positions, slots, columns); its trees are checked, token for token, against (a);
+(b) forward-only: (a0)'s forwards, in the same order and shapes, replayed through the same model
+    and attention into preallocated slots on one core, and nothing else: no admission, sampling,
+    stop checks, K/V reuse bookkeeping, cells or asyncio. That is the limit of one engine of this
+    design on this model.
 
 (c) with --ray-shards S: the same round as S engine replicas in parallel, one Ray task each,
     through the `rao-rollout` flow (`rollout.runner=ray`, `rollout.shards=S`: both cores of this
@@ -13,8 +17,9 @@
     workers' start (once per campaign), the second is what every later round costs. Its trees are
     checked, token for token, against (a).
 
-Prints them and `rollout / forward-only`. The round's trees are the same at every concurrency (the
-sampling is seeded per node), so `--set rollout.max_concurrent_trees=16` times today's schedule.
+Prints them, `rollout / forward-only` and `in process / rollout`. The round's trees are the same at
+every concurrency and engine count (the sampling is seeded per node), so
+`--set rollout.max_concurrent_trees=16` times today's schedule.
 
     .venv/bin/python bench/rollout_bench.py [--set rollout.max_concurrent_trees=16] [--ray-shards 2] [--runs-dir DIR]
 """
@@ -22,33 +27,40 @@ sampling is seeded per node), so `--set rollout.max_concurrent_trees=16` times t
 from __future__ import annotations
 
 import argparse
+import asyncio
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from rao_core.campaign import engines, prepare
 from rao_core.config import RunConfig, load_config
+from rao_core.engines import engine_processes
 from rao_core.engines.hf import HFEngine
 from rao_core.engines.hf_batch import KVSlots, forward_in_slots
 from rao_core.envs.suites import open_suite
-from rao_core.rollout import load_round, rollout_round, summarize
+from rao_core.rollout import load_round, make_policy, rollout_round, summarize
 
 
-def record_forwards() -> tuple[list[tuple], list]:
-    """Patch HFEngine._forward to keep (ids, positions, first slot, write columns, runs) per call."""
-    calls, engines, original = [], [], HFEngine._forward
+def record_forwards() -> tuple[list[tuple], list, Callable[[], None]]:
+    """Patch HFEngine._forward to keep (ids, positions, first slot, write columns, runs) per call;
+    returns the calls, [the first engine seen] and the function that stops recording."""
+    calls, seen, original = [], [], HFEngine._forward
 
     def recording(self, ids, pos, slots):
         calls.append((ids.clone(), pos.clone(), slots._first, slots._write_cols.clone(), slots.runs))
-        if not engines:
-            engines.append(self)
+        if not seen:
+            seen.append(self)
         return original(self, ids, pos, slots)
 
+    def stop() -> None:
+        HFEngine._forward = original
+
     HFEngine._forward = recording
-    return calls, engines
+    return calls, seen, stop
 
 
 @torch.inference_mode()
@@ -113,10 +125,18 @@ def main() -> None:
     args = ap.parse_args()
     runs_dir = Path(args.runs_dir or tempfile.mkdtemp(prefix="rollout_bench_"))
     cfg = load_config(None, [f"runs_dir={runs_dir}", "run_name=bench", *args.set])
-    calls, engines_seen = record_forwards()
+    in_process = load_config(
+        None, [f"runs_dir={runs_dir}", "run_name=bench-in-process", *args.set, "policy.engine_processes=0"]
+    )
     with engines(cfg):
         prepare(cfg)
         open_suite(cfg)  # the suite's imports: once per process, not once per round
+        asyncio.run(make_policy(cfg, open_suite(cfg))[0].close())  # start the engine processes
+        calls, engines_seen, stop_recording = record_forwards()
+        start = time.perf_counter()
+        rollout_round(in_process)
+        seconds_in_process = time.perf_counter() - start
+        stop_recording()
         start = time.perf_counter()
         rollout_round(cfg)
         rollout = time.perf_counter() - start
@@ -126,21 +146,25 @@ def main() -> None:
     read = sum((j - i) * n for c in decode for i, j, n in c[4])  # columns attended, padding included
     used = sum(int(c[1].sum()) + c[1].shape[0] for c in decode)  # each row's own length
     print(
-        f"round: {s['trees']} trees, {s['node_turns']} turns, {len(calls)} forwards "
+        f"round: {s['trees']} trees, {s['node_turns']} turns, {len(calls)} forwards in process "
         f"({len(decode)} decode steps, mean batch {rows / max(1, len(decode)):.1f}, "
         f"mean columns read {read / rows:.0f} of which real {used / rows:.0f}), "
         f"{cfg.rollout.max_concurrent_trees} trees in flight"
     )
     st = engines_seen[0].stats
-    print(
-        f"engine thread: decode {st.decode_seconds:.1f} s, prefill {st.prefill_seconds:.1f} s, sorts {st.sorts}"
-    )
+    print(f"in-process engine thread: decode {st.decode_seconds:.1f} s, prefill {st.prefill_seconds:.1f} s")
     forward = replay(engines_seen[0].model, calls)
+    same = tokens(in_process) == tokens(cfg)
     print(
-        f"(a) rollout:      {rollout:6.1f} s  (the round, trees written; span of the trees {s['wall_seconds']:.1f} s)"
+        f"(a) rollout:      {rollout:6.1f} s  ({engine_processes(cfg.policy)} engine processes; span of the trees {s['wall_seconds']:.1f} s)"
+    )
+    print(
+        f"(a0) in process:  {seconds_in_process:6.1f} s  (one engine; trees token for token as (a): {same})"
     )
     print(f"(b) forward-only: {forward:6.1f} s  (the same forwards, nothing else)")
-    print(f"rollout / forward-only = {rollout / forward:.1f}x")
+    print(
+        f"rollout / forward-only = {rollout / forward:.1f}x; in process / rollout = {seconds_in_process / rollout:.1f}x"
+    )
     if args.ray_shards:
         passes, ray_cfg = ray_passes([f"runs_dir={runs_dir}", *args.set], args.ray_shards)
         same = tokens(ray_cfg) == tokens(cfg)

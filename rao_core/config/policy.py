@@ -62,7 +62,7 @@ class ScriptedPolicy(PolicyConfig):
 
 @section
 class HFPolicy(PolicyConfig):
-    """The micro-batching transformers engine, in the campaign's process (CPU or GPU)."""
+    """The micro-batching transformers engine (CPU or GPU), in a child process or the campaign's."""
 
     kind: Literal["hf"] = opt("hf", "transformers")
     device: Literal["auto", "cpu", "cuda"] = opt("auto", "cpu, cuda or auto", resume="free")
@@ -71,6 +71,12 @@ class HFPolicy(PolicyConfig):
     )
     max_batch_size: Int = opt(64, "sequences per micro-batch", resume="free", ge=1)
     max_batch_tokens: Int = opt(65536, "prompt+new tokens per micro-batch", resume="free", ge=64)
+    engine_processes: Annotated[Int, Field(ge=0)] | Literal["auto"] = opt(
+        "auto",
+        "engine replicas in child processes, one core each, a node's turns all on one (docs/engines.md); "
+        "0: one engine in this process; auto: on CPU one per core up to 4 (0 with one core), on a GPU 0",
+        resume="free",
+    )
 
 
 @section

@@ -26,16 +26,21 @@ def build_engine(
     own limit), serving adapters up to `lora_rank` (train.lora)."""
     kind = policy_cfg.kind
     if kind == "hf":
+        c = policy_cfg
+        kw = dict(
+            device=c.device,
+            dtype=c.dtype,
+            max_batch_size=c.max_batch_size,
+            max_batch_tokens=c.max_batch_tokens,
+        )
+        processes = engine_processes(c)
+        if processes:  # the current scope's children for `role` (hf_process.py)
+            from rao_core.engines.hf_process import EngineSpec, process_engine
+
+            return process_engine(EngineSpec(str(c.model), tokenizer, **kw), role, processes)
         from rao_core.engines.hf import HFEngine
 
-        return HFEngine.from_pretrained(
-            policy_cfg.model,
-            tokenizer,
-            device=policy_cfg.device,
-            dtype=policy_cfg.dtype,
-            max_batch_size=policy_cfg.max_batch_size,
-            max_batch_tokens=policy_cfg.max_batch_tokens,
-        )
+        return HFEngine.from_pretrained(c.model, tokenizer, **kw)
     if kind == "vllm":
         from rao_core.engines.vllm import VLLMEngine
 
@@ -52,3 +57,16 @@ def build_engine(
             api_key=os.environ.get(policy_cfg.api_key_env) if policy_cfg.api_key_env else None,
         )
     raise ValueError(f"policy.kind: {kind!r} is not a model engine (hf, vllm, openai)")
+
+
+def engine_processes(c: PolicyConfig) -> int:
+    """policy.engine_processes with 'auto' resolved: on CPU one replica per core up to 4, none
+    (the engine in this process) with one core or on a GPU."""
+    if c.engine_processes != "auto":
+        return c.engine_processes
+    import torch
+
+    if c.device == "cuda" or (c.device == "auto" and torch.cuda.is_available()):
+        return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(cores, 4) if cores > 1 else 0

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
+from typing import Any
 
 from rao_core.config import VLLMPolicy
 from rao_core.engines.vllm_server import VLLMServer
@@ -28,6 +29,7 @@ class EngineScope:
         per sequence every server of the scope holds (the largest any stage of it asks for)."""
         self.log_dir, self.context = log_dir, context
         self.servers: dict[tuple, VLLMServer] = {}
+        self.hf_processes: dict[tuple, Any] = {}  # hf_process.EngineProcess per role, device, dtype, replica
 
     def server(
         self, cfg: VLLMPolicy, max_model_len: int | None, role: str = "policy", lora_rank: int = 0
@@ -46,15 +48,23 @@ class EngineScope:
         """Every server sleeps, stops or keeps running (policy.vllm_during_train) while the
         trainer has the device; each wakes at its next `ensure`."""
         done = {role: server.release() for (role, *_), server in self.servers.items()}
+        for key, proc in list(self.hf_processes.items()):  # a child's model on the GPU: stop it
+            if proc.device != "cpu":
+                proc.stop()
+                del self.hf_processes[key]
+                done[f"hf-{key[0]}"] = "stopped"
         for role, what in done.items():
             if what not in ("none", "kept"):
-                log.info("vLLM %s server %s for the train stage", role, what)
+                log.info("%s engine %s for the train stage", role, what)
         return done
 
     def close(self) -> None:
         for server in self.servers.values():
             server.stop()
         self.servers.clear()
+        for proc in self.hf_processes.values():
+            proc.stop()
+        self.hf_processes.clear()
 
 
 _CURRENT: ContextVar[EngineScope | None] = ContextVar("rao_engine_scope", default=None)

@@ -15,6 +15,7 @@ from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeSpec
 from rao_core.config import AgentConfig, ConfigError, JudgeConfig, SandboxConfig, load_config
 from rao_core.engines.hf import HFEngine
+from rao_core.engines.hf_process import ProcessEngine, ReplicatedEngine
 from rao_core.engines.server import start_background
 from rao_core.errors import JudgeError
 from rao_core.judges import (
@@ -205,7 +206,8 @@ def test_model_judge_on_a_random_transformer(tmp_path):
     path = save_checkpoint(small_model(TOK), TOK, tmp_path / "judge-model")
     cfg = JudgeConfig(kind="hf", model=str(path), max_new_tokens=12, temperature=1.0)
     judge = build_judge(cfg, tmp_path)
-    assert isinstance(judge, ModelJudge) and isinstance(judge.engine, HFEngine)
+    assert isinstance(judge, ModelJudge)
+    assert isinstance(judge.engine, (HFEngine, ProcessEngine, ReplicatedEngine))  # engine_processes: auto
     fresh = HFEngine(small_model(TOK), TOK)
     goal, answer, reference = "count the dragons", "3 dragons", "3"
 

@@ -112,7 +112,7 @@ def test_build_engine_kinds(tmp_path, monkeypatch):
     engine = build_engine(cfg, TOK)
     assert isinstance(engine, OpenAIEngine) and engine.headers["Authorization"] == "Bearer secret"
     monkeypatch.chdir(tmp_path)  # 'tiny' is built and cached under ./runs/_models
-    hf = build_engine(HFPolicy(model="tiny", device="cpu", max_batch_size=7), TOK)
+    hf = build_engine(HFPolicy(model="tiny", device="cpu", max_batch_size=7, engine_processes=0), TOK)
     assert isinstance(hf, HFEngine) and hf.max_batch_size == 7 and hf.device.type == "cpu"
     assert list((tmp_path / "runs" / "_models").iterdir())
     with pytest.raises(ValueError, match="not a model engine"):

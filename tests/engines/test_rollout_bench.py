@@ -1,5 +1,5 @@
-"""bench/rollout_bench.py keeps working: a one-task round through the engine, then the replay of
-its forwards through the bare model, on the same token schedule."""
+"""bench/rollout_bench.py keeps working: a one-task round on engine processes and in process (the
+same trees), then the replay of its forwards through the bare model, on the same token schedule."""
 
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ def test_the_bench_replays_the_rounds_forwards(tmp_path):
          "--runs-dir", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=True,
     ).stdout  # fmt: skip
-    forwards = int(re.search(r"(\d+) forwards \((\d+) decode steps", out).group(1))
+    forwards = int(re.search(r"(\d+) forwards in process \((\d+) decode steps", out).group(1))
     assert forwards > 2
     rollout = float(re.search(r"\(a\) rollout: +([\d.]+) s", out).group(1))
     forward = float(re.search(r"\(b\) forward-only: +([\d.]+) s", out).group(1))
     ratio = float(re.search(r"rollout / forward-only = ([\d.]+)x", out).group(1))
     assert forward > 0 and ratio == pytest.approx(rollout / forward, rel=0.1)  # printed rounded
+    assert "trees token for token as (a): True" in out  # engine processes = one engine in process
     assert (tmp_path / "bench" / "rollouts" / "round=0" / "nodes.parquet").is_file()

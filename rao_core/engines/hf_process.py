@@ -1,0 +1,285 @@
+"""The transformers engine in a process of its own (`policy.engine_process`, on by default).
+
+Why: in one process the engine's forwards (a small model's forward is mostly Python: it holds the
+GIL) and the trees' event loop (parsing, chat templates, sandbox I/O) take turns on one core, and
+each slows the other; `bench/rollout_bench.py` measured the engine thread's forwards at 1.4x their
+replayed time. With the engine in a child process, the trees run on one core and the forwards on
+the other, exchanging only token ids over a pipe.
+
+    parent (the trees' event loop)                 child (spawned once per EngineScope and role)
+    ProcessEngine.generate(request) --("gen", id, ids, ...)--> HFEngine.generate (continuous batching)
+                                   <--(id, True, Generation)--
+
+One child serves one model at a time: `load` swaps in a checkpoint (a new HFEngine, so no K/V of
+the old weights survives) and costs a model load, not a process start (6 s of imports here). The
+child lives as long as the EngineScope that started it (a campaign: every round and evaluation),
+or, outside any scope, as long as its ProcessEngine. Sampling is seeded per request as in process,
+so a round's tokens are the same either way (tests/engines/test_hf_process.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from rao_core.agent.policy import Generation, GenerationRequest, Policy
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What the child loads: a checkpoint, the tokenizer that frames it, and HFEngine's settings."""
+
+    model: str
+    tokenizer: Any  # a Hugging Face tokenizer (pickled to the child)
+    device: str = "auto"
+    dtype: str = "auto"
+    max_batch_size: int = 64
+    max_batch_tokens: int = 65536
+
+
+class EngineProcess:
+    """A spawned child running HFEngine, and the thread here that routes its answers to callers."""
+
+    def __init__(self) -> None:
+        # A fresh interpreter (`python -m` this module) rather than multiprocessing's spawn, which
+        # re-runs the parent's main script, and fork, which copies a process holding torch threads.
+        down_r, down_w = os.pipe()  # parent -> child
+        up_r, up_w = os.pipe()  # child -> parent
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "rao_core.engines.hf_process", str(down_r), str(up_w)],
+            pass_fds=(down_r, up_w),
+        )
+        os.close(down_r)
+        os.close(up_w)
+        self._to_child = Connection(down_w, readable=False)
+        self._from_child = Connection(up_r, writable=False)
+        self._send_lock = threading.Lock()
+        self._waiting: dict[int, concurrent.futures.Future] = {}
+        self._ids = itertools.count()
+        self.device = "cpu"  # where the loaded model is (the child says at each load)
+        threading.Thread(target=self._route, name="rao-hf-engine-replies", daemon=True).start()
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def call(self, kind: str, *payload: Any) -> concurrent.futures.Future:
+        """Send one message; its answer resolves the returned future."""
+        i, fut = next(self._ids), concurrent.futures.Future()
+        self._waiting[i] = fut
+        try:
+            with self._send_lock:
+                self._to_child.send((kind, i, *payload))
+        except (OSError, ValueError) as e:  # the pipe is closed: the child is gone
+            self._waiting.pop(i, None)
+            fut.set_exception(RuntimeError(f"hf engine process is gone ({e})"))
+        return fut
+
+    def cancel(self, fut: concurrent.futures.Future) -> None:
+        for i, f in list(self._waiting.items()):
+            if f is fut:
+                self.call("cancel", i)
+
+    def load(self, spec: EngineSpec) -> concurrent.futures.Future:
+        """Serve `spec` from now on: a fresh HFEngine (weights read again, no K/V kept). Resolves
+        once loaded (the child may still be starting: several children load in parallel)."""
+        return self.call("load", spec)  # its result: the device the model is on
+
+    def stats(self) -> Any:
+        """The current HFEngine's EngineStats."""
+        return self.call("stats").result()
+
+    def stop(self) -> None:
+        if self.alive():
+            self.call("stop")
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._to_child.close()
+
+    def _route(self) -> None:
+        while True:
+            try:
+                i, ok, value = self._from_child.recv()
+            except (EOFError, OSError):
+                break
+            fut = self._waiting.pop(i, None)
+            if fut is None or not fut.set_running_or_notify_cancel():
+                continue  # a cancelled request's late answer
+            if ok:
+                fut.set_result(value)
+            else:
+                fut.set_exception(RuntimeError(f"hf engine process: {value}"))
+        try:
+            code = self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        self._from_child.close()
+        gone = RuntimeError(f"hf engine process exited (code {code})")
+        for fut in list(self._waiting.values()):
+            if fut.set_running_or_notify_cancel():
+                fut.set_exception(gone)
+        self._waiting.clear()
+
+
+class ProcessEngine(Policy):
+    """The Policy the runtime sees: requests go to an EngineProcess that has loaded `spec`."""
+
+    def __init__(self, spec: EngineSpec, process: EngineProcess, owned: bool) -> None:
+        """`owned`: `close` stops the process (an engine outside any EngineScope)."""
+        self.spec, self.process, self.owned = spec, process, owned
+
+    @property
+    def stats(self) -> Any:
+        return self.process.stats()
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        r = request
+        fut = self.process.call("gen", r.prompt_ids, r.max_new_tokens, r.stop, r.temperature, r.seed)
+        try:
+            return await asyncio.wrap_future(fut)
+        except asyncio.CancelledError:
+            self.process.cancel(fut)
+            raise
+
+    async def close(self) -> None:
+        if self.owned:
+            await asyncio.to_thread(self.process.stop)
+
+
+class ReplicatedEngine(Policy):
+    """One Policy over N engines serving the same model (each a child process, so each a core): a
+    node's first request goes to the least busy replica and its later turns follow it there, where
+    the K/V of its conversation are. Sampling is seeded per request, so which replica serves a
+    node does not change its tokens."""
+
+    def __init__(self, replicas: list[Policy]) -> None:
+        self.replicas = replicas
+        self.busy = [0] * len(replicas)  # requests in flight per replica
+        self.home: dict[str, int] = {}  # node id -> its replica
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        node = request.node.node_id if request.node is not None else None
+        k = self.home.get(node) if node is not None else None
+        if k is None:
+            k = min(range(len(self.replicas)), key=self.busy.__getitem__)
+            if node is not None:
+                self.home[node] = k
+        self.busy[k] += 1
+        try:
+            return await self.replicas[k].generate(request)
+        finally:
+            self.busy[k] -= 1
+
+    async def close(self) -> None:
+        for r in self.replicas:
+            await r.close()
+
+
+def process_engine(spec: EngineSpec, role: str = "policy", processes: int = 1) -> Policy:
+    """`processes` engines serving `spec`, each in a child: the current EngineScope's children for
+    `role` (started on first use, restarted if one died), or children of their own outside any
+    scope (stopped by `close`)."""
+    from rao_core.engines.scope import current_scope
+
+    scope = current_scope()
+    procs = []
+    for k in range(processes):
+        key = (role, spec.device, spec.dtype, k)
+        proc = scope.hf_processes.get(key) if scope is not None else None
+        if proc is None or not proc.alive():
+            proc = EngineProcess()
+            if scope is not None:
+                scope.hf_processes[key] = proc
+        procs.append(proc)
+    for p, load in [(p, p.load(spec)) for p in procs]:
+        p.device = load.result()
+    engines = [ProcessEngine(spec, p, owned=scope is None) for p in procs]
+    return engines[0] if processes == 1 else ReplicatedEngine(engines)
+
+
+# ---- the child -----------------------------------------------------------------------------------
+
+
+async def _serve(inbox_conn: Connection, conn: Connection) -> None:
+    """Read messages on a thread, answer each on this loop; exit on 'stop' or when the parent goes."""
+    from rao_core.engines.hf import HFEngine
+
+    loop = asyncio.get_running_loop()
+    inbox: asyncio.Queue = asyncio.Queue()
+
+    def read() -> None:
+        while True:
+            try:
+                msg = inbox_conn.recv()
+            except (EOFError, OSError):
+                msg = ("stop", -1)
+            loop.call_soon_threadsafe(inbox.put_nowait, msg)
+            if msg[0] == "stop":
+                return
+
+    threading.Thread(target=read, daemon=True).start()
+    engine: HFEngine | None = None
+    running: dict[int, asyncio.Task] = {}
+    cancelled: set[int] = set()  # by the parent: no answer expected
+
+    async def answer(i: int, ids, max_new, stop, temperature, seed) -> None:
+        req = GenerationRequest(list(ids), max_new, tuple(stop), None, temperature, seed)
+        try:
+            reply = (i, True, await engine.generate(req))
+        except asyncio.CancelledError:
+            if i in cancelled:  # the parent gave up on it: it expects no answer
+                cancelled.discard(i)
+                running.pop(i, None)
+                return
+            reply = (i, False, "the engine was reloaded while this request ran")
+        except Exception as e:
+            reply = (i, False, f"{type(e).__name__}: {e}")
+        running.pop(i, None)
+        conn.send(reply)
+
+    while True:
+        kind, i, *payload = await inbox.get()
+        if kind == "gen":
+            running[i] = loop.create_task(answer(i, *payload))
+        elif kind == "cancel":
+            task = running.get(payload[0])
+            if task is not None:
+                cancelled.add(payload[0])
+                task.cancel()
+        elif kind == "load":
+            spec: EngineSpec = payload[0]
+            try:
+                if engine is not None:
+                    await engine.close()
+                engine = HFEngine.from_pretrained(
+                    Path(spec.model), spec.tokenizer, device=spec.device, dtype=spec.dtype,
+                    max_batch_size=spec.max_batch_size, max_batch_tokens=spec.max_batch_tokens,
+                )  # fmt: skip
+                conn.send((i, True, engine.device.type))
+            except Exception as e:
+                engine = None
+                conn.send((i, False, f"loading {spec.model}: {type(e).__name__}: {e}"))
+        elif kind == "stats":
+            conn.send((i, engine is not None, engine.stats if engine else "no model loaded"))
+        elif kind == "stop":
+            break
+    for task in running.values():
+        task.cancel()
+    if engine is not None:
+        await engine.close()
+
+
+if __name__ == "__main__":  # the child: python -m rao_core.engines.hf_process READ_FD WRITE_FD
+    read_fd, write_fd = map(int, sys.argv[1:3])
+    asyncio.run(_serve(Connection(read_fd, writable=False), Connection(write_fd, readable=False)))
