@@ -74,7 +74,8 @@ class HFPolicy(PolicyConfig):
     engine_processes: Annotated[Int, Field(ge=0)] | Literal["auto"] = opt(
         "auto",
         "engine replicas in child processes, one core each, a node's turns all on one (docs/engines.md); "
-        "0: one engine in this process; auto: on CPU one per core up to 4 (0 with one core), on a GPU 0",
+        "0: one engine in this process; auto: on CPU one per core up to 4, else 0 (one core, a GPU, "
+        "or rollout.runner=ray, whose shards are the replicas)",
         resume="free",
     )
 

@@ -23,6 +23,7 @@ import asyncio
 import concurrent.futures
 import itertools
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -54,9 +55,12 @@ class EngineProcess:
         # re-runs the parent's main script, and fork, which copies a process holding torch threads.
         down_r, down_w = os.pipe()  # parent -> child
         up_r, up_w = os.pipe()  # child -> parent
+        root = str(Path(__file__).resolve().parents[2])  # where rao_core is, installed or not
+        path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
         self.process = subprocess.Popen(
             [sys.executable, "-m", "rao_core.engines.hf_process", str(down_r), str(up_w)],
             pass_fds=(down_r, up_w),
+            env={**os.environ, "PYTHONPATH": path},
         )
         os.close(down_r)
         os.close(up_w)
@@ -281,5 +285,6 @@ async def _serve(inbox_conn: Connection, conn: Connection) -> None:
 
 
 if __name__ == "__main__":  # the child: python -m rao_core.engines.hf_process READ_FD WRITE_FD
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops us
     read_fd, write_fd = map(int, sys.argv[1:3])
     asyncio.run(_serve(Connection(read_fd, writable=False), Connection(write_fd, readable=False)))

@@ -171,3 +171,14 @@ def test_engine_processes_auto():
     assert engine_processes(load_config(None, ["policy.engine_processes=3"]).policy) == 3
     with pytest.raises(ValueError, match="engine_processes"):
         load_config(None, ["policy.engine_processes=-1"])
+
+
+def test_ray_shards_are_the_replicas(checkpoints):
+    """Under rollout.runner=ray each shard's engine is one HFEngine in its worker (auto -> 0)."""
+    from rao_core.envs.suites import open_suite
+    from rao_core.rollout import make_policy
+
+    cfg = load_config(None, [f"policy.model={checkpoints['a']}", "rollout.runner=ray"])
+    engine, _ = make_policy(cfg, open_suite(cfg))
+    assert isinstance(engine, HFEngine)
+    asyncio.run(engine.close())
