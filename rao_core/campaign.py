@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,11 +57,22 @@ def arms(cfg: RunConfig) -> list[RunConfig]:
     return [cfg, control_config(cfg)] if cfg.campaign.control_arm else [cfg]
 
 
-def engines(cfg: RunConfig) -> contextlib.AbstractContextManager[EngineScope]:
+@contextlib.contextmanager
+def engines(cfg: RunConfig) -> Iterator[EngineScope]:
     """The scope of a campaign's engines: one vLLM server per setting for all its stages, its log
     in <run>/logs/, holding the largest context any stage asks for (`rao eval --compare` may ask
-    for more than the agent's), stopped when the scope ends (rao_core/engines/scope.py)."""
-    return engine_scope(cfg.layout.logs, max([cfg.agent.max_context_tokens, *cfg.eval.context_limits]))
+    for more than the agent's), stopped when the scope ends (rao_core/engines/scope.py). The hf
+    engine's child processes start at once, so their imports overlap the stages before the first
+    rollout or evaluation."""
+    with engine_scope(
+        cfg.layout.logs, max([cfg.agent.max_context_tokens, *cfg.eval.context_limits])
+    ) as scope:
+        if cfg.policy.kind == "hf":
+            from rao_core.engines.hf_process import start_processes
+            from rao_core.rollout import engine_config
+
+            start_processes(engine_config(cfg))
+        yield scope
 
 
 def initial_model(cfg: RunConfig) -> Path:

@@ -74,12 +74,18 @@ def make_policy(cfg: RunConfig, suite, model_path: Path | None = None) -> tuple[
 
     path = model_path or initial_model(cfg.policy.model, cfg.run_dir)  # shipped, folder, hub id, 'tiny'
     tokenizer = load_tokenizer(str(path) if cfg.policy.tokenizer == "auto" else cfg.policy.tokenizer)
-    policy_cfg = dataclasses.replace(cfg.policy, model=str(path))
-    if cfg.rollout.runner == "ray" and getattr(policy_cfg, "engine_processes", None) == "auto":
-        policy_cfg = dataclasses.replace(policy_cfg, engine_processes=0)  # each Ray task is a replica
+    policy_cfg = dataclasses.replace(engine_config(cfg), model=str(path))
     lora_rank = cfg.train.lora_r if cfg.train.lora else 0
     engine = build_engine(policy_cfg, tokenizer, cfg.agent.max_context_tokens, lora_rank=lora_rank)
     return engine, tokenizer
+
+
+def engine_config(cfg: RunConfig):
+    """policy.* as the engines see it: under rollout.runner=ray, `engine_processes: auto` is 0
+    (each Ray task is already an engine replica; docs/engines.md)."""
+    if cfg.rollout.runner == "ray" and getattr(cfg.policy, "engine_processes", None) == "auto":
+        return dataclasses.replace(cfg.policy, engine_processes=0)
+    return cfg.policy
 
 
 def chat_framing(cfg: RunConfig, tokenizer) -> ChatFraming:

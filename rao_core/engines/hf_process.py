@@ -48,7 +48,7 @@ class EngineSpec:
 
 
 class EngineProcess:
-    """A spawned child running HFEngine, and the thread here that routes its answers to callers."""
+    """A child process running HFEngine, and the thread here that routes its answers to callers."""
 
     def __init__(self) -> None:
         # A fresh interpreter (`python -m` this module) rather than multiprocessing's spawn, which
@@ -66,7 +66,8 @@ class EngineProcess:
         os.close(up_w)
         self._to_child = Connection(down_w, readable=False)
         self._from_child = Connection(up_r, writable=False)
-        self._send_lock = threading.Lock()
+        self._lock = threading.Lock()  # sends, and the waiting table against the child's exit
+        self._gone: Exception | None = None  # set once the child has exited
         self._waiting: dict[int, concurrent.futures.Future] = {}
         self._ids = itertools.count()
         self.device = "cpu"  # where the loaded model is (the child says at each load)
@@ -78,13 +79,16 @@ class EngineProcess:
     def call(self, kind: str, *payload: Any) -> concurrent.futures.Future:
         """Send one message; its answer resolves the returned future."""
         i, fut = next(self._ids), concurrent.futures.Future()
-        self._waiting[i] = fut
-        try:
-            with self._send_lock:
+        with self._lock:
+            if self._gone is not None:
+                fut.set_exception(self._gone)
+                return fut
+            self._waiting[i] = fut
+            try:
                 self._to_child.send((kind, i, *payload))
-        except (OSError, ValueError) as e:  # the pipe is closed: the child is gone
-            self._waiting.pop(i, None)
-            fut.set_exception(RuntimeError(f"hf engine process is gone ({e})"))
+            except (OSError, ValueError) as e:  # the pipe is closed: the child is going
+                self._waiting.pop(i, None)
+                fut.set_exception(RuntimeError(f"hf engine process is gone ({e})"))
         return fut
 
     def cancel(self, fut: concurrent.futures.Future) -> None:
@@ -129,11 +133,12 @@ class EngineProcess:
         except subprocess.TimeoutExpired:
             code = None
         self._from_child.close()
-        gone = RuntimeError(f"hf engine process exited (code {code})")
-        for fut in list(self._waiting.values()):
-            if fut.set_running_or_notify_cancel():
-                fut.set_exception(gone)
-        self._waiting.clear()
+        with self._lock:
+            self._gone = RuntimeError(f"hf engine process exited (code {code})")
+            for fut in self._waiting.values():
+                if fut.set_running_or_notify_cancel():
+                    fut.set_exception(self._gone)
+            self._waiting.clear()
 
 
 class ProcessEngine(Policy):
@@ -188,6 +193,19 @@ class ReplicatedEngine(Policy):
     async def close(self) -> None:
         for r in self.replicas:
             await r.close()
+
+
+def start_processes(policy_cfg, role: str = "policy") -> None:
+    """Start the current scope's children for an hf `policy_cfg` now (their imports take seconds)
+    without waiting for them; the first engine built in the scope then finds them ready."""
+    from rao_core.engines import engine_processes
+    from rao_core.engines.scope import current_scope
+
+    scope = current_scope()
+    for k in range(engine_processes(policy_cfg) if scope is not None else 0):
+        key = (role, policy_cfg.device, policy_cfg.dtype, k)
+        if key not in scope.hf_processes:
+            scope.hf_processes[key] = EngineProcess()
 
 
 def process_engine(spec: EngineSpec, role: str = "policy", processes: int = 1) -> Policy:

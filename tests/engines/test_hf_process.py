@@ -182,3 +182,22 @@ def test_ray_shards_are_the_replicas(checkpoints):
     engine, _ = make_policy(cfg, open_suite(cfg))
     assert isinstance(engine, HFEngine)
     asyncio.run(engine.close())
+
+
+def test_a_campaign_scope_starts_its_children_at_once(checkpoints, tmp_path):
+    """campaign.engines starts the children when it opens; the stages' engines are those."""
+    from rao_core.campaign import engines
+
+    cfg = load_config(
+        None, [f"runs_dir={tmp_path}", f"policy.model={checkpoints['a']}", "policy.engine_processes=2"]
+    )
+    with engines(cfg) as scope:
+        started = dict(scope.hf_processes)
+        assert len(started) == 2 and all(p.alive() for p in started.values())
+        engine = build_engine(cfg.policy, TOK)
+        assert isinstance(engine, ReplicatedEngine) and scope.hf_processes == started
+        assert_same(
+            generate_all(engine, requests()),
+            generate_all(HFEngine.from_pretrained(checkpoints["a"], TOK), requests()),
+        )
+    assert all(p.process.poll() is not None for p in started.values())
