@@ -1,10 +1,9 @@
-"""The transformers engine in a process of its own (`policy.engine_process`, on by default).
+"""The transformers engine in child processes (`policy.engine_processes`, one per core by default).
 
-Why: in one process the engine's forwards (a small model's forward is mostly Python: it holds the
-GIL) and the trees' event loop (parsing, chat templates, sandbox I/O) take turns on one core, and
-each slows the other; `bench/rollout_bench.py` measured the engine thread's forwards at 1.4x their
-replayed time. With the engine in a child process, the trees run on one core and the forwards on
-the other, exchanging only token ids over a pipe.
+Why: one HFEngine keeps one core busy (its forwards, sampling and K/V bookkeeping run in one
+thread), and on the 2-core machine the other core idled: the trees' event loop needs only 2-3 s of
+CPU a round. Replicas in child processes, a node's turns all on one, use every core; they
+exchange only token ids with the parent over pipes (docs/engines.md has the measurements).
 
     parent (the trees' event loop)                 child (spawned once per EngineScope and role)
     ProcessEngine.generate(request) --("gen", id, ids, ...)--> HFEngine.generate (continuous batching)
@@ -258,6 +257,8 @@ async def _serve(inbox_conn: Connection, conn: Connection) -> None:
     async def answer(i: int, ids, max_new, stop, temperature, seed) -> None:
         req = GenerationRequest(list(ids), max_new, tuple(stop), None, temperature, seed)
         try:
+            if engine is None:
+                raise RuntimeError("no model loaded (the last load failed)")
             reply = (i, True, await engine.generate(req))
         except asyncio.CancelledError:
             if i in cancelled:  # the parent gave up on it: it expects no answer

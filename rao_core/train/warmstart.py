@@ -306,15 +306,17 @@ def evaluate_small(
     threads: int = 1,
 ) -> dict[str, Any]:
     """Greedy closed-loop success on the suite's held-out tasks (all its difficulties by default),
-    by mode and difficulty, through the runtime and the batching engine (every cell really runs)."""
-    from rao_core.engines.hf import HFEngine
+    by mode and difficulty, through the runtime and the batching engine (every cell really runs),
+    on engine processes as a campaign's evaluation (policy.engine_processes: auto)."""
+    from rao_core.config import HFPolicy
+    from rao_core.engines import build_engine
 
     torch.set_num_threads(threads)
     difficulties = tuple(difficulties) or suite.labels(suite.args)[1]
-    engine = HFEngine.from_pretrained(
-        str(model_path), device="cpu", dtype="float32", max_batch_size=max_batch_size
-    )
-    chat = chat_framing(suite.cfg, engine.tokenizer)
+    tokenizer = load_tokenizer(str(model_path))
+    policy = HFPolicy(model=str(model_path), device="cpu", dtype="float32", max_batch_size=max_batch_size)
+    engine = build_engine(policy, tokenizer)
+    chat = chat_framing(suite.cfg, tokenizer)
     tasks = suite.held_out_tasks(difficulties, n_per_difficulty, seed)
     jobs = [(m, TreeSpec(t.task_id, 0, suite.env(t), t.difficulty)) for m in modes for t in tasks]
     start, done = time.time(), [0]
@@ -324,9 +326,15 @@ def evaluate_small(
         if progress and (done[0] % 50 == 0 or done[0] == len(jobs)):
             print(f"eval: {done[0]}/{len(jobs)} trees, {time.time() - start:.0f} s", flush=True)
 
-    runs = asyncio.run(
-        run_modes(jobs, suite, engine, chat, context, max_concurrent_trees, 0.0, lambda _: tick())
-    )
+    async def run_all() -> list[tuple[str, TreeRun]]:
+        try:
+            return await run_modes(
+                jobs, suite, engine, chat, context, max_concurrent_trees, 0.0, lambda _: tick()
+            )
+        finally:
+            await engine.close()
+
+    runs = asyncio.run(run_all())
     wins: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     statuses: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for mode, run in runs:

@@ -100,6 +100,8 @@ def test_a_load_swaps_the_weights(checkpoints, children):
 def test_bad_checkpoint_is_a_clear_error_and_the_child_lives_on(checkpoints, children, tmp_path):
     with pytest.raises(RuntimeError, match="loading .*missing"):
         children[0].load(EngineSpec(str(tmp_path / "missing"), TOK)).result()
+    with pytest.raises(RuntimeError, match="no model loaded"):
+        generate_all(ProcessEngine(EngineSpec("missing", TOK), children[0], owned=False), requests()[:1])
     (engine, _) = load(children, checkpoints["a"])
     assert generate_all(engine, requests()[:1])[0].token_ids
 
