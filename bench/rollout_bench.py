@@ -63,6 +63,14 @@ def record_forwards() -> tuple[list[tuple], list, Callable[[], None]]:
     return calls, seen, stop
 
 
+def peak_gib(pid: int | str, field: str = "VmHWM") -> float:
+    """A process's peak resident memory (VmHWM; VmRSS: now), in GiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 2**20
+    return float("nan")
+
+
 @torch.inference_mode()
 def replay(model, calls: list[tuple]) -> float:
     """Seconds to run the recorded forwards through the model alone (the mask each plan builds
@@ -128,7 +136,7 @@ def main() -> None:
     in_process = load_config(
         None, [f"runs_dir={runs_dir}", "run_name=bench-in-process", *args.set, "policy.engine_processes=0"]
     )
-    with engines(cfg):
+    with engines(cfg) as scope:
         prepare(cfg)
         open_suite(cfg)  # the suite's imports: once per process, not once per round
         asyncio.run(make_policy(cfg, open_suite(cfg))[0].close())  # start the engine processes
@@ -137,9 +145,12 @@ def main() -> None:
         rollout_round(in_process)
         seconds_in_process = time.perf_counter() - start
         stop_recording()
+        parent_peak = peak_gib("self")  # the in-process round's engine included
         start = time.perf_counter()
         rollout_round(cfg)
         rollout = time.perf_counter() - start
+        child_peaks = [peak_gib(p.process.pid) for p in scope.hf_processes.values()]
+        child_idle = [peak_gib(p.process.pid, "VmRSS") for p in scope.hf_processes.values()]
     s = summarize(load_round(cfg, cfg.rollout.round))
     decode = [c for c in calls if c[0].shape[1] == 1]
     rows = max(1, sum(c[0].shape[0] for c in decode))
@@ -162,6 +173,12 @@ def main() -> None:
         f"(a0) in process:  {seconds_in_process:6.1f} s  (one engine; trees token for token as (a): {same})"
     )
     print(f"(b) forward-only: {forward:6.1f} s  (the same forwards, nothing else)")
+    peaks = ", ".join(f"{g:.2f}" for g in child_peaks)
+    idle = ", ".join(f"{g:.2f}" for g in child_idle)
+    print(
+        f"memory (GiB): this process's peak after (a0) {parent_peak:.2f}; each engine process's "
+        f"peak {peaks}, after the round (its model unloaded) {idle}"
+    )
     print(
         f"rollout / forward-only = {rollout / forward:.1f}x; in process / rollout = {seconds_in_process / rollout:.1f}x"
     )

@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import ctypes
+import gc
 import itertools
 import os
 import signal
@@ -161,8 +164,15 @@ class ProcessEngine(Policy):
             raise
 
     async def close(self) -> None:
+        """Stop the child if this engine owns it; else unload the model, so an idle child (while
+        the trainer runs) gives its K/V and batch memory back."""
         if self.owned:
             await asyncio.to_thread(self.process.stop)
+        elif self.process.alive():
+            try:
+                await asyncio.wrap_future(self.process.call("unload"))
+            except RuntimeError:  # the child died meanwhile: nothing to free
+                pass
 
 
 class ReplicatedEngine(Policy):
@@ -280,11 +290,13 @@ async def _serve(inbox_conn: Connection, conn: Connection) -> None:
             if task is not None:
                 cancelled.add(payload[0])
                 task.cancel()
+        elif kind == "unload":
+            engine = await _unload(engine)
+            conn.send((i, True, None))
         elif kind == "load":
             spec: EngineSpec = payload[0]
             try:
-                if engine is not None:
-                    await engine.close()
+                engine = await _unload(engine)
                 engine = HFEngine.from_pretrained(
                     Path(spec.model), spec.tokenizer, device=spec.device, dtype=spec.dtype,
                     max_batch_size=spec.max_batch_size, max_batch_tokens=spec.max_batch_tokens,
@@ -301,6 +313,17 @@ async def _serve(inbox_conn: Connection, conn: Connection) -> None:
         task.cancel()
     if engine is not None:
         await engine.close()
+
+
+async def _unload(engine) -> None:
+    """Close an engine and hand its memory back to the OS (glibc keeps freed blocks otherwise)."""
+    if engine is not None:
+        await engine.close()
+        del engine
+        gc.collect()
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return None
 
 
 if __name__ == "__main__":  # the child: python -m rao_core.engines.hf_process READ_FD WRITE_FD

@@ -203,3 +203,15 @@ def test_a_campaign_scope_starts_its_children_at_once(checkpoints, tmp_path):
             generate_all(HFEngine.from_pretrained(checkpoints["a"], TOK), requests()),
         )
     assert all(p.process.poll() is not None for p in started.values())
+
+
+def test_closing_a_scope_engine_unloads_its_model(checkpoints, children):
+    """A stage's engine on a scope's child unloads the model when it closes (the child idles small
+    while the trainer runs); the next load serves again."""
+    (engine, _) = load(children, checkpoints["a"])
+    asyncio.run(engine.close())
+    assert children[0].alive()
+    with pytest.raises(RuntimeError, match="no model loaded"):
+        generate_all(engine, requests()[:1])
+    (engine, _) = load(children, checkpoints["a"])
+    assert generate_all(engine, requests()[:1])[0].token_ids
