@@ -310,12 +310,12 @@ def evaluate_small(
     on engine processes as a campaign's evaluation (policy.engine_processes: auto)."""
     from rao_core.config import HFPolicy
     from rao_core.engines import build_engine
+    from rao_core.engines.scope import engine_scope
 
     torch.set_num_threads(threads)
     difficulties = tuple(difficulties) or suite.labels(suite.args)[1]
     tokenizer = load_tokenizer(str(model_path))
     policy = HFPolicy(model=str(model_path), device="cpu", dtype="float32", max_batch_size=max_batch_size)
-    engine = build_engine(policy, tokenizer)
     chat = chat_framing(suite.cfg, tokenizer)
     tasks = suite.held_out_tasks(difficulties, n_per_difficulty, seed)
     jobs = [(m, TreeSpec(t.task_id, 0, suite.env(t), t.difficulty)) for m in modes for t in tasks]
@@ -326,7 +326,7 @@ def evaluate_small(
         if progress and (done[0] % 50 == 0 or done[0] == len(jobs)):
             print(f"eval: {done[0]}/{len(jobs)} trees, {time.time() - start:.0f} s", flush=True)
 
-    async def run_all() -> list[tuple[str, TreeRun]]:
+    async def run_all(engine: Policy) -> list[tuple[str, TreeRun]]:
         try:
             return await run_modes(
                 jobs, suite, engine, chat, context, max_concurrent_trees, 0.0, lambda _: tick()
@@ -334,7 +334,8 @@ def evaluate_small(
         finally:
             await engine.close()
 
-    runs = asyncio.run(run_all())
+    with engine_scope():  # children of its own, stopped after (not kept idle in a campaign's scope)
+        runs = asyncio.run(run_all(build_engine(policy, tokenizer)))
     wins: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     statuses: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for mode, run in runs:
