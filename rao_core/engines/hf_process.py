@@ -10,9 +10,9 @@ exchange only token ids with the parent over pipes (docs/engines.md has the meas
                                    <--(id, True, Generation)--
 
 One child serves one model at a time: `load` swaps in a checkpoint (a new HFEngine, so no K/V of
-the old weights survives) and costs a model load (0.28 s for the tiny model), not a process start (6.5 s here). The
-child lives as long as the EngineScope that started it (a campaign: every round and evaluation),
-or, outside any scope, as long as its ProcessEngine. Sampling is seeded per request as in process,
+the old weights survives) and costs a model load (0.28 s for the tiny model), not a process start
+(6.5 s here). The child lives as long as the EngineScope that started it (a campaign: every round
+and evaluation), or, outside any scope, as long as its ProcessEngine. Sampling is seeded per request as in process,
 so a round's tokens are the same either way (tests/engines/test_hf_process.py).
 """
 
