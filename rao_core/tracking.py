@@ -9,6 +9,7 @@ thread or process, and a resumed campaign continues the same runs: their ids are
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import math
 import os
@@ -27,19 +28,32 @@ def tracking_uri(cfg: RunConfig) -> str:
     return f"sqlite:///{(Path(cfg.runs_dir) / 'mlflow.db').resolve()}"
 
 
+@contextlib.contextmanager
+def _store_lock(cfg: RunConfig) -> Iterator[None]:
+    """An exclusive lock next to the runs. Opening a fresh SQLite store creates and migrates it:
+    two campaigns started at once on a fresh machine raced there (`duplicate column name: step`),
+    and both could create the experiment."""
+    Path(cfg.runs_dir).mkdir(parents=True, exist_ok=True)
+    with open(Path(cfg.runs_dir) / ".mlflow.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
 def _client(cfg: RunConfig):
     os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=tracking_uri(cfg))
+    with _store_lock(cfg):  # the client opens (on first use: creates) the store
+        return MlflowClient(tracking_uri=tracking_uri(cfg))
 
 
 def _experiment_id(client, cfg: RunConfig) -> str:
-    exp = client.get_experiment_by_name(cfg.tracking.experiment)
-    if exp is not None:
-        return exp.experiment_id
-    artifacts = (Path(cfg.runs_dir) / "mlartifacts").resolve()
-    return client.create_experiment(cfg.tracking.experiment, artifact_location=artifacts.as_uri())
+    with _store_lock(cfg):
+        exp = client.get_experiment_by_name(cfg.tracking.experiment)
+        if exp is not None:
+            return exp.experiment_id
+        artifacts = (Path(cfg.runs_dir) / "mlartifacts").resolve()
+        return client.create_experiment(cfg.tracking.experiment, artifact_location=artifacts.as_uri())
 
 
 def _ids_path(cfg: RunConfig) -> Path:
