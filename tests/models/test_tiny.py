@@ -1,10 +1,14 @@
-"""The bootstrap model: a config vLLM can load, seeded builds, atomic checkpoints, 'tiny' caching."""
+"""The bootstrap model: a config vLLM can load, seeded builds, atomic checkpoints, 'tiny' caching; the
+shipped checkpoints."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
 
+from rao_core.models.locate import SHIPPED, is_shipped, local_model
 from rao_core.models.tiny import (
     build_tiny_model,
     load_checkpoint,
@@ -70,3 +74,14 @@ def test_resolve_model_caches_tiny(tmp_path):
     assert resolve_model(str(path)) == path
     with pytest.raises(FileNotFoundError):
         resolve_model(str(tmp_path / "missing"))
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in SHIPPED.iterdir() if p.is_dir()))
+def test_shipped_checkpoints_load_by_name_with_their_recipe(name):
+    """Every shipped checkpoint is a `policy.model` name that loads, with the tiny tokenizer's
+    vocabulary, and carries the commands that made it and its metrics (docs/small-profile.md)."""
+    assert is_shipped(name) and local_model(name) == SHIPPED / name
+    model, tok = load_checkpoint(SHIPPED / name, device="cpu")
+    assert tok.get_vocab() == TOK.get_vocab() and model.config.vocab_size == len(TOK)
+    assert (SHIPPED / name / "COMMAND").read_text().startswith(("rao warmstart", ".venv/bin/python"))
+    assert json.loads((SHIPPED / name / "metrics.json").read_text())["train"]["steps"] > 0
