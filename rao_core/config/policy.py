@@ -23,7 +23,7 @@ class PolicyConfig:
         "small-inline-root",
         "a checkpoint shipped in rao_core/models/checkpoints (small-inline-root: walks tasks inline at "
         "the root, for RL to teach delegation; small-warmstart: already delegates; small-warmstart-long: "
-        "the same trained 3x longer, 94% held-out before RL), a local folder, a "
+        "the same trained for 4x the steps, 94% held-out before RL), a local folder, a "
         "hub id in the local Hugging Face cache, 'warmstart' (train one in this run) or 'tiny' "
         "(untrained bootstrap model)",
         min_length=1,
