@@ -20,10 +20,10 @@ class PolicyConfig:
 
     kind: EngineKind = opt("hf", "scripted expert, or a model engine: hf (transformers), vllm, openai")
     model: str = opt(
-        "small-inline-root",
-        "a checkpoint shipped in rao_core/models/checkpoints (small-inline-root: walks tasks inline at "
-        "the root, for RL to teach delegation; small-warmstart: already delegates; small-warmstart-long: "
-        "the same trained for 4x the steps, 94% held-out before RL), a local folder, a "
+        "small-warmstart-long",
+        "a checkpoint shipped in rao_core/models/checkpoints (small-warmstart-long: delegates, 94% "
+        "held-out before RL; small-warmstart: the same after a quarter of the steps, 67%; "
+        "small-inline-root: walks tasks inline at the root, for RL to teach delegation), a local folder, a "
         "hub id in the local Hugging Face cache, 'warmstart' (train one in this run) or 'tiny' "
         "(untrained bootstrap model)",
         min_length=1,

@@ -348,15 +348,16 @@ def test_without_a_judge_a_reference_makes_the_suite_the_verifier():
 
 
 class SlowJudge(ScriptedJudge):
-    """Takes 1 s per verdict and fails on the answer 'nope', as a judge server might; notes when
-    each verdict came back."""
+    """Takes `seconds` per verdict and fails on the answer 'nope', as a judge server might; notes
+    when each verdict came back."""
 
-    def __init__(self) -> None:
+    def __init__(self, seconds: float = 1.0) -> None:
         super().__init__()
+        self.seconds = seconds
         self.returned_at: list[float] = []
 
     async def reply(self, goal: str, answer: str, reference: str | None) -> str:
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(self.seconds)
         self.returned_at.append(time.time())
         if answer == "nope":
             raise RuntimeError("judge server went away")
@@ -385,8 +386,12 @@ def test_verdicts_survive_a_tree_timeout():
             return "finish('done part 0')"
         return "print(await launch_subagent('part 0'))" if node.turn == 0 else f"print({node.turn})"
 
-    nodes = judged_tree(SlowJudge(), CellScript(stalling, latency_s=0.3), tree_timeout_s=1.0, max_steps=25)
+    # The child has 4 s to finish (its REPL worker starts slowly on a loaded machine); its verdict
+    # takes 6 s, so it comes back after the tree has timed out, whatever the load.
+    judge = SlowJudge(seconds=6.0)
+    nodes = judged_tree(judge, CellScript(stalling, latency_s=0.3), tree_timeout_s=4.0, max_steps=100)
     assert nodes["tree"].status == "timeout" and nodes["say ok"].status == "timeout"
+    assert nodes["say ok"].ended_at < min(judge.returned_at)
     assert (nodes["part 0"].success, nodes["part 0"].success_source) == (1.0, "judge")
 
 
