@@ -125,7 +125,7 @@ def test_sampler_and_trainer_agree_on_an_adapter_hf(tmp_path):
     cfg = lora_campaign(tmp_path)
     m = run_rounds(cfg)
     v1, v2 = cfg.layout.checkpoint(1), cfg.layout.checkpoint(2)
-    assert is_adapter(v1) and is_adapter(v2) and adapter_base(v2) == (SHIPPED / "small-inline-root")
+    assert is_adapter(v1) and is_adapter(v2) and adapter_base(v2) == (SHIPPED / cfg.policy.model)
     assert m[1]["resumed_optimizer"] and m[1]["trained_samples"] > 0
     assert m[1]["logprob_diff_mean"] < 1e-4 and m[1]["logprob_diff_max"] < 1e-3, m[1]
 
