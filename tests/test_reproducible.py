@@ -13,7 +13,7 @@ from rao_core.rollout import rollout_round
 
 pytestmark = pytest.mark.slow  # two real rounds of the tiny model
 
-# small-inline-root, not the default small-warmstart-long: the latter is so sure of its cells that
+# small-inline-root, not the default small-warmstart-7500: the latter is so sure of its cells that
 # two seeds sample nearly the same 8 trees, which would say nothing about the seeding.
 ROUND = [
     "policy.model=small-inline-root",

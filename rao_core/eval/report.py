@@ -184,6 +184,25 @@ def plot_runs(runs: dict[str, dict[int, dict[str, Any]]], out: Path, difficulty:
     return _save(fig, out)
 
 
+def plot_sft_loss(logs: dict[str, list[dict[str, Any]]], out: Path, window: int = 25) -> Path:
+    """The warm start's SFT loss against optimizer step, one line per warm start (its
+    train_log.jsonl rows), as the median of each `window` logged values on a log scale: single
+    batches swing by 100x once the copy slips are rare, the median shows the trend."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for name, rows in logs.items():
+        sft = [r for r in rows if r.get("phase") == "sft" and "loss" in r]
+        chunks = [sft[i : i + window] for i in range(0, len(sft), window)]
+        steps = [c[-1]["step"] for c in chunks]
+        medians = [sorted(r["loss"] for r in c)[len(c) // 2] for c in chunks]
+        ax.plot(steps, medians, marker=".", label=name)
+    ax.set(xlabel="optimizer step", ylabel=f"SFT loss (median of {window} logged steps)", yscale="log")
+    ax.set_title("Warm start")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    return _save(fig, out)
+
+
 def plot_delegation(
     arms: dict[str, dict[int, dict[str, Any]]], rollouts: dict[str, list[dict[str, Any]]], out: Path
 ) -> Path:

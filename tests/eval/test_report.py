@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 from rao_core import campaign, reporting, tracking
 from rao_core.eval.compare import compare_version, grid
 from rao_core.eval.evaluate import evaluate_round
-from rao_core.eval.report import comparison_markdown, curves_markdown, plot_learning_curves
+from rao_core.eval.report import comparison_markdown, curves_markdown, plot_learning_curves, plot_sft_loss
 from tests.conftest import toy_config
 
 
@@ -59,6 +59,15 @@ def test_curves_table_and_plot(tmp_path):
     image = matplotlib.image.imread(png)
     assert image.shape[0] > 300 and image.shape[1] > 500
     assert image[..., :3].std() > 0.05  # lines and text, not a blank canvas
+
+
+def test_sft_loss_plot(tmp_path):
+    """A warm start's log: loss rows of the SFT phase plotted, the drill's and summary rows skipped."""
+    rows = [{"phase": "drill", "step": 1, "loss": 9.0}, {"phase": "sft", "step": 99, "train_runtime": 1.0}]
+    rows += [{"phase": "sft", "step": 10 * i, "loss": 5.0 / (1 + i)} for i in range(1, 120)]
+    png = plot_sft_loss({"a": rows, "b": rows[:40]}, tmp_path / "loss.png")
+    image = matplotlib.image.imread(png)
+    assert image.shape[0] > 300 and image[..., :3].std() > 0.05
 
 
 def test_grid_and_bad_settings(tmp_path):
