@@ -44,7 +44,7 @@ from rao_core.engines.hf_batch import KVSlots, forward_in_slots
 from rao_core.envs.suites import open_suite
 from rao_core.rollout import load_round, make_policy, rollout_round, summarize
 
-# The round issue 25 timed: the main job's version 0 then (the default is small-warmstart-long now,
+# The round issue 25 timed: the main job's version 0 then (the default is small-warmstart-7500 now,
 # whose trees are larger, so its round is not the one the figures in docs/engines.md compare).
 MODEL = "small-inline-root"
 
