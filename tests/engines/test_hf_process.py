@@ -175,12 +175,15 @@ def test_engine_processes_auto():
         load_config(None, ["policy.engine_processes=-1"])
 
 
-def test_ray_shards_are_the_replicas(checkpoints):
+def test_ray_shards_are_the_replicas(checkpoints, tmp_path):
     """Under rollout.runner=ray each shard's engine is one HFEngine in its worker (auto -> 0)."""
     from rao_core.envs.suites import open_suite
     from rao_core.rollout import make_policy
 
-    cfg = load_config(None, [f"policy.model={checkpoints['a']}", "rollout.runner=ray"])
+    # open_suite synthesizes the run's task split: into tmp_path, not the checkout's runs/
+    cfg = load_config(
+        None, [f"runs_dir={tmp_path}", f"policy.model={checkpoints['a']}", "rollout.runner=ray"]
+    )
     engine, _ = make_policy(cfg, open_suite(cfg))
     assert isinstance(engine, HFEngine)
     asyncio.run(engine.close())
