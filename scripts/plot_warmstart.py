@@ -3,7 +3,7 @@
     .venv/bin/python scripts/plot_warmstart.py --dirs runs/G5/checkpoints/warmstart --out docs/img/warmstart-loss.png
 
 Each folder is a warm start's output (`rao warmstart --out DIR`, a run's checkpoints/warmstart, or
-a shipped checkpoint): its train_log.jsonl is read. Prints the medians it plots.
+a shipped checkpoint): its train_log.jsonl is read. Prints each one's last logged step and loss.
 """
 
 from __future__ import annotations
