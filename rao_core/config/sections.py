@@ -199,7 +199,10 @@ class TrainConfig:
         0.2, "grpo-family losses: lower clip epsilon (TRL epsilon); unused by cispo", ge=0, lt=1
     )
     beta: Float = opt(
-        0.0, "KL coefficient: must be 0 (RAO uses no KL term, and no reference model is loaded)", ge=0
+        0.0,
+        "KL coefficient toward policy version 0 (TRL's k3 term on action tokens); 0 = none, the RAO "
+        "reference; > 0 keeps a frozen float32 copy of version 0 beside the policy (LoRA: the base)",
+        ge=0,
     )
     bf16: StrictBool | None = opt(None, "bf16 autocast over fp32 weights; null = on CUDA only")
     gradient_checkpointing: StrictBool = opt(False, "recompute activations in backward (long contexts)")
@@ -237,15 +240,6 @@ class TrainConfig:
         "`accelerate launch` on N processes (DDP/FSDP/ZeRO-3); empty = in the flow's process",
         resume="free",
     )
-
-    @model_validator(mode="after")
-    def _no_kl(self) -> TrainConfig:
-        if self.beta != 0:
-            raise ValueError(
-                f"train.beta: {self.beta}: must be 0; the KL term is not implemented (RAO's reference "
-                "uses none, docs/training.md)"
-            )
-        return self
 
 
 @section

@@ -80,6 +80,14 @@ def load_policy(model_path: Path, cfg: TrainConfig, tokenizer: str | Path | None
     return model, tok
 
 
+def load_reference(origin: Path | None) -> Any:
+    """Version 0 in float32, frozen beside the policy: pi_ref of the KL term (train.beta > 0)."""
+    if origin is None:
+        raise ValueError("train.beta > 0 needs policy version 0 (origin) as the KL term's reference")
+    source = state.master_dir(origin) or origin
+    return AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, local_files_only=True)
+
+
 def _lora_model(model_path: Path, cfg: TrainConfig) -> Any:
     """Base + trainable adapter: the adapter checkpoint `model_path` trained on, or a fresh one
     (seeded) over the whole model `model_path` (version 0)."""
@@ -193,8 +201,12 @@ def _train_and_publish(
             opt_file = state.optimizer_file(model_path) if cfg.keep_optimizer_state else None
             moments = torch.load(opt_file, map_location="cpu", weights_only=True) if opt_file else None
             before = state.snapshot(model) if cfg.lora else None
+            reference = load_reference(origin) if cfg.beta and not cfg.lora else None
             with tempfile.TemporaryDirectory(prefix="rao-train-") as work:
-                model, metrics = train_rows(model, tok, rows, cfg, Path(work), optimizer_state=moments)
+                model, metrics = train_rows(
+                    model, tok, rows, cfg, Path(work), optimizer_state=moments, reference=reference
+                )
+            del reference
             optimizer_state = metrics.pop("optimizer_state", None)
             metrics = {**head, **metrics, **free, "resumed_optimizer": moments is not None}
             if not write:

@@ -5,7 +5,8 @@ accumulation, clipping, AdamW, bf16, gradient checkpointing, LoRA). The subclass
 side: the dataloader yields pre-packed micro-batches (see samples.py) and `_prepare_inputs` moves
 them to the device instead of generating and scoring completions. `_compute_loss` is TRL's, untouched;
 a thin wrapper around its log-prob helper fills in behaviour log-probs for scripted rows and records
-ratio statistics. Tested against TRL 1.16.0 exactly (pinned in pyproject.toml): the inputs dict and
+ratio statistics. With `train.beta` > 0, `_prepare_inputs` also fills in the reference log-probs that
+TRL's KL term reads: those of version 0 (a frozen copy, or the LoRA base with the adapter off). Tested against TRL 1.16.0 exactly (pinned in pyproject.toml): the inputs dict and
 the normaliser are private TRL details that may change between versions.
 
 Under `accelerate launch` (N processes: DDP, FSDP or DeepSpeed) every rank builds the same plan and
@@ -34,6 +35,7 @@ from transformers import (
     TrainerCallback,
 )
 from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import add_fused_lm_head
 
 from rao_core.config import TrainConfig
 from rao_core.train.samples import Row, collate, logprob_temperature, plan_steps
@@ -95,7 +97,7 @@ def grpo_args(
         loss_type=cfg.loss_type,
         epsilon=cfg.clip_low,
         epsilon_high=cfg.clip_high,
-        beta=cfg.beta,
+        beta=0.0,  # TRL would load its reference from the round's input path; RAOTrainer sets beta itself
         temperature=temperature,
         learning_rate=cfg.lr,
         adam_beta1=cfg.betas[0],
@@ -170,6 +172,10 @@ class RAOTrainer(GRPOTrainer):
     Each input dict carries prompt_ids/prompt_mask, completion_ids/completion_mask (real tokens),
     tool_mask (action tokens: TRL multiplies it into the loss mask), advantages (B,) = w_d * A,
     old_per_token_logps (sampler log-probs), sampler_missing (B,) and num_items_in_batch.
+
+    With `beta` > 0 TRL's loss adds beta * KL(pi || pi_ref) per action token (its k3 estimator times
+    the importance ratio: the unbiased reverse-KL gradient), pi_ref being `reference`, or the model
+    with its adapter disabled when `reference` is None and the model is a peft model.
     """
 
     def __init__(
@@ -181,6 +187,8 @@ class RAOTrainer(GRPOTrainer):
         peft_config: Any = None,
         callbacks: list[TrainerCallback] | None = None,
         optimizer_state: dict[str, Any] | None = None,
+        beta: float = 0.0,
+        reference: PreTrainedModel | None = None,
     ) -> None:
         self._batches = batches
         self._optimizer_state = optimizer_state
@@ -198,6 +206,18 @@ class RAOTrainer(GRPOTrainer):
             callbacks=callbacks,
         )
         self.remove_callback(PrinterCallback)  # metrics come back from train_rows instead of stdout
+        self.beta = beta  # read by TRL's _compute_loss; its config's beta stays 0 (no reference of its own)
+        self.reference = None
+        if beta and reference is not None:
+            self.reference = reference.to(self.accelerator.device).eval().requires_grad_(False)
+            # as TRL prepares its own ref_model: log-probs from a fused head at the sampling temperature
+            add_fused_lm_head(
+                self.reference, temperature=self.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32
+            )
+        elif beta and not is_peft_model(self.accelerator.unwrap_model(self.model)):
+            raise ValueError(
+                "train.beta > 0 needs a reference model (version 0) or a LoRA adapter to disable"
+            )
 
     def _send_telemetry(self) -> None:  # the training stage never reaches the network
         return None
@@ -222,8 +242,23 @@ class RAOTrainer(GRPOTrainer):
         return DataLoader(self._batches, batch_size=None, shuffle=False)
 
     def _prepare_inputs(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Replaces generation + scoring: the rollouts are already scored, just move them to the device."""
-        return {k: v.to(self.accelerator.device) for k, v in inputs.items()}
+        """Replaces generation + scoring: the rollouts are already scored, just move them to the device
+        (and, for the KL term, add the reference model's log-probs of the same tokens)."""
+        inputs = {k: v.to(self.accelerator.device) for k, v in inputs.items()}
+        if self.beta:
+            inputs["ref_per_token_logps"] = self._reference_logps(inputs)
+        return inputs
+
+    @torch.no_grad()
+    def _reference_logps(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """log pi_ref of every completion token, computed as TRL computes the policy's."""
+        ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        keep = inputs["completion_ids"].size(1)
+        if self.reference is not None:
+            return self._get_per_token_logps_and_entropies(self.reference, ids, mask, keep)[0]
+        with self.accelerator.unwrap_model(self.model).disable_adapter():  # the LoRA base = version 0
+            return self._get_per_token_logps_and_entropies(self.model, ids, mask, keep)[0]
 
     def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
         """TRL's log-probs; behaviour log-probs of scripted rows become these (detached: ratio = 1)."""
@@ -234,9 +269,11 @@ class RAOTrainer(GRPOTrainer):
             old = inputs["old_per_token_logps"].to(cur.dtype)
             old = torch.where(inputs["sampler_missing"][:, None], cur, old)
             inputs["old_per_token_logps"] = old
-            self._record_ratios(
-                cur, old, inputs["completion_mask"] * inputs["tool_mask"], inputs["sampler_missing"]
-            )
+            mask = inputs["completion_mask"] * inputs["tool_mask"]
+            self._record_ratios(cur, old, mask, inputs["sampler_missing"])
+            if "ref_per_token_logps" in inputs:  # the KL estimate TRL adds to the loss (k3, at ratio 1)
+                delta = inputs["ref_per_token_logps"] - cur
+                self.stats["kl_sum"] += float(((torch.exp(delta) - delta - 1) * mask).sum())
         return logps, entropies, aux
 
     @torch.no_grad()
@@ -287,7 +324,9 @@ def _sum_over_ranks(trainer: RAOTrainer, values: list[float]) -> list[float]:
 def round_metrics(trainer: RAOTrainer, plan: list, tokens: int, seconds: float) -> dict[str, Any]:
     """Loss, ratio and mismatch statistics of the round, summed over every process."""
     grad_norms = [h["grad_norm"] for h in trainer.state.log_history if "grad_norm" in h]
-    keys = ("tokens", "ratio_sum", "ratio_sq_sum", "clipped", "logp_sum", "first_tokens", "first_diff_sum")
+    keys = (
+        "tokens", "ratio_sum", "ratio_sq_sum", "clipped", "logp_sum", "first_tokens", "first_diff_sum", "kl_sum"
+    )  # fmt: skip
     totals = _sum_over_ranks(trainer, [trainer.stats[k] for k in keys] + trainer.step_losses)
     s = dict(zip(keys, totals, strict=False))
     world_size = trainer.accelerator.num_processes
@@ -310,6 +349,7 @@ def round_metrics(trainer: RAOTrainer, plan: list, tokens: int, seconds: float) 
         **sampler_mismatch(trainer.first_step_diffs, s["first_diff_sum"], s["first_tokens"]),
         "clipped_fraction": s["clipped"] / n,
         "mean_action_logp": s["logp_sum"] / n,
+        **({"kl_to_reference": s["kl_sum"] / n} if trainer.beta else {}),
     }
 
 
@@ -361,10 +401,12 @@ def train_rows(
     work_dir: Path,
     callbacks: list[TrainerCallback] | None = None,
     optimizer_state: dict[str, Any] | None = None,
+    reference: PreTrainedModel | None = None,
 ) -> tuple[PreTrainedModel | None, dict[str, Any]]:
     """Run one round's update on `rows`; returns the trained model and metrics. With
     `cfg.lora`, `model` is either a peft model (the adapter trains on) or a plain one (a fresh
-    adapter is put on it).
+    adapter is put on it). `reference`: version 0, the KL term's pi_ref when `cfg.beta` > 0
+    (with LoRA the base model is, and `reference` is not needed).
 
     Launched on N processes, every rank passes the same rows and gets the metrics of the whole round;
     the model comes back on every rank under DDP and on rank 0 only under FSDP / ZeRO-3 (None
@@ -396,6 +438,8 @@ def train_rows(
         peft_config=peft_config,
         callbacks=callbacks,
         optimizer_state=optimizer_state,
+        beta=cfg.beta,
+        reference=None if cfg.lora else reference,
     )
     acc = trainer.accelerator
     if (acc.process_index, acc.num_processes) != (rank, world_size):
@@ -406,6 +450,10 @@ def train_rows(
     if cfg.lora and sharded:
         raise NotImplementedError(
             "train.lora is not supported with FSDP / DeepSpeed: use DDP (an adapter is small) or full fine-tuning"
+        )
+    if cfg.beta and sharded:
+        raise NotImplementedError(
+            "train.beta > 0 is not supported with FSDP / DeepSpeed (the reference is not sharded): use DDP"
         )
     device = acc.device
     if device.type == "cuda":

@@ -79,8 +79,18 @@ def reference_token_logps(model: torch.nn.Module, row: Row) -> torch.Tensor:
     return torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:, None])[:, 0]
 
 
-def reference_loss(model: torch.nn.Module, rows: list[Row], cap: float = 5.0) -> torch.Tensor:
-    """The RAO/CISPO token-mean loss of rows, straight from the equations."""
+def reference_loss(
+    model: torch.nn.Module,
+    rows: list[Row],
+    cap: float = 5.0,
+    beta: float = 0.0,
+    ref_model: torch.nn.Module | None = None,
+) -> torch.Tensor:
+    """The RAO/CISPO token-mean loss of rows, straight from the equations.
+
+    With `beta`, plus beta * k3 * ratio per action token, k3 = exp(d) - d - 1 with
+    d = log pi_ref - log pi, and ratio = exp(log pi - log pi_sampler) NOT detached (the unbiased
+    reverse-KL gradient of DeepSeek-V3.2, TRL's default)."""
     total = torch.zeros(())
     n_tokens = 0
     for r in rows:
@@ -90,13 +100,30 @@ def reference_loss(model: torch.nn.Module, rows: list[Row], cap: float = 5.0) ->
         ratio = torch.exp(logp.detach() - old)
         w = torch.clamp(ratio, 0.0, cap)  # detached: stop-gradient
         total = total - (w * r.weight * logp)[mask].sum()
+        if beta:
+            d = reference_token_logps(ref_model, r).detach() - logp
+            total = total + beta * ((torch.exp(d) - d - 1) * torch.exp(logp - old))[mask].sum()
         n_tokens += int(mask.sum())
     return total / n_tokens
 
 
-def reference_grads(model: torch.nn.Module, rows: list[Row], cap: float = 5.0) -> tuple[float, dict]:
+def reference_kl(model: torch.nn.Module, ref_model: torch.nn.Module, rows: list[Row]) -> float:
+    """Mean k3 estimate of KL(pi || pi_ref) over the action tokens of rows."""
+    total, n = 0.0, 0
+    with torch.no_grad():
+        for r in rows:
+            mask = torch.as_tensor(r.action_mask[1:], dtype=torch.bool)
+            d = reference_token_logps(ref_model, r) - reference_token_logps(model, r)
+            total += float((torch.exp(d) - d - 1)[mask].sum())
+            n += int(mask.sum())
+    return total / n
+
+
+def reference_grads(
+    model: torch.nn.Module, rows: list[Row], cap: float = 5.0, **kl: object
+) -> tuple[float, dict]:
     model.zero_grad()
-    loss = reference_loss(model, rows, cap)
+    loss = reference_loss(model, rows, cap, **kl)
     loss.backward()
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
     model.zero_grad()

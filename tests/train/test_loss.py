@@ -19,6 +19,7 @@ from tests.train import (
     one_thread,  # noqa: F401 (autouse fixture)
     random_rows,
     reference_grads,
+    reference_kl,
     reference_loss,
     tiny_model,
     with_sampler_logprobs,
@@ -164,6 +165,44 @@ def test_loss_types_pass_through(tmp_path):
     _, cispo = trainer_grads(tiny_model(), rows, tmp_path, loss_type="cispo")
     _, dapo = trainer_grads(tiny_model(), rows, tmp_path, loss_type="dapo")
     assert_grads_close(dapo[0], cispo[0])
+
+
+def test_kl_term_toward_a_reference_matches_reference(tmp_path):
+    """train.beta > 0: CISPO plus beta * k3 * ratio against another model, off-policy rows."""
+    model, ref_model = tiny_model(seed=0), tiny_model(seed=1)
+    rng = np.random.default_rng(12)
+    shift = rng.uniform(-1.0, 1.0, size=(3, 64)).astype(np.float32)
+    rows = with_sampler_logprobs(model, random_rows(6, seed=12), shift)
+    ref_loss, ref = reference_grads(copy.deepcopy(model), rows, beta=0.5, ref_model=ref_model)
+    _, plain = reference_grads(copy.deepcopy(model), rows)
+    cfg = TrainConfig(**{**PROBE, "beta": 0.5})
+    cap = GradCapture()
+    _, metrics = train_rows(model, tiny_tokenizer(), rows, cfg, tmp_path, [cap], reference=ref_model)
+    assert metrics["loss"] == pytest.approx(ref_loss, rel=1e-5, abs=1e-5)
+    assert_grads_close(cap.steps[0], ref)
+    assert metrics["kl_to_reference"] == pytest.approx(reference_kl(model, ref_model, rows), rel=1e-4)
+    assert metrics["kl_to_reference"] > 0.01
+    # the term is live: without it the gradient is another one
+    assert not torch.allclose(plain["model.norm.weight"], ref["model.norm.weight"], rtol=1e-3)
+
+
+def test_kl_to_itself_adds_nothing(tmp_path):
+    """pi_ref = pi: k3 and its gradient are 0, so the update is the plain one."""
+    model = tiny_model()
+    rows = random_rows(5, seed=13)
+    _, plain = trainer_grads(copy.deepcopy(model), rows, tmp_path)
+    cap = GradCapture()
+    cfg = TrainConfig(**{**PROBE, "beta": 2.0})
+    _, metrics = train_rows(
+        copy.deepcopy(model), tiny_tokenizer(), rows, cfg, tmp_path, [cap], reference=copy.deepcopy(model)
+    )
+    assert metrics["kl_to_reference"] == pytest.approx(0.0, abs=1e-6)
+    assert_grads_close(cap.steps[0], plain[0])
+
+
+def test_kl_without_a_reference_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match=r"train\.beta > 0 needs a reference model"):
+        train_rows(tiny_model(), tiny_tokenizer(), random_rows(2), TrainConfig(beta=0.1), tmp_path)
 
 
 def test_lora_without_peft_is_a_clear_error(tmp_path, monkeypatch):
