@@ -57,7 +57,8 @@ def train_line(cfg: RunConfig, round_: int) -> str:
     line = (
         f"{cfg.run_name} round {round_} train: loss {m['loss']:.4f}, {m['tokens']} tokens "
         f"({m['action_tokens']} action), {m['steps']} steps, mean ratio {m['mean_ratio']:.4f}"
-        f"{moved}, {m['seconds']:.1f} s"
+        + (f", KL to v0 {m['kl_to_reference']:.4f}" if "kl_to_reference" in m else "")
+        + f"{moved}, {m['seconds']:.1f} s"
     )
     return line + (f"\nWARNING: {m['warning']}" if "warning" in m else "")
 

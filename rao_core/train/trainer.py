@@ -16,7 +16,6 @@ takes its share of each optimiser step (`rank_batches`); the prepared model all-
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections import defaultdict
@@ -38,6 +37,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
 from rao_core.config import TrainConfig
+from rao_core.train.round_metrics import round_metrics
 from rao_core.train.samples import Row, collate, logprob_temperature, plan_steps
 from rao_core.versions import require_tested
 
@@ -313,62 +313,6 @@ class RAOTrainer(GRPOTrainer):
         return loss
 
 
-def _sum_over_ranks(trainer: RAOTrainer, values: list[float]) -> list[float]:
-    """Element-wise sum over the processes (the values themselves in one process)."""
-    acc = trainer.accelerator
-    if acc.num_processes == 1:
-        return values
-    return acc.reduce(torch.tensor(values, dtype=torch.float64, device=acc.device), reduction="sum").tolist()
-
-
-def round_metrics(trainer: RAOTrainer, plan: list, tokens: int, seconds: float) -> dict[str, Any]:
-    """Loss, ratio and mismatch statistics of the round, summed over every process."""
-    grad_norms = [h["grad_norm"] for h in trainer.state.log_history if "grad_norm" in h]
-    keys = (
-        "tokens", "ratio_sum", "ratio_sq_sum", "clipped", "logp_sum", "first_tokens", "first_diff_sum", "kl_sum"
-    )  # fmt: skip
-    totals = _sum_over_ranks(trainer, [trainer.stats[k] for k in keys] + trainer.step_losses)
-    s = dict(zip(keys, totals, strict=False))
-    world_size = trainer.accelerator.num_processes
-    step_losses = [x / world_size for x in totals[len(keys) :]]  # each rank's loss is its share x W
-    n = max(s["tokens"], 1.0)
-    return {
-        "steps": len(plan),
-        "microbatches": sum(len(step) for step in plan),
-        "processes": world_size,
-        "loss": sum(step_losses) / len(step_losses),
-        "step_losses": step_losses,
-        "grad_norm": float(grad_norms[-1]) if grad_norms else math.nan,
-        "grad_norms": [float(g) for g in grad_norms],
-        "tokens": tokens,
-        "action_tokens": int(s["tokens"]),
-        "seconds": seconds,
-        "tokens_per_s": tokens / seconds,
-        "mean_ratio": s["ratio_sum"] / n,
-        "ratio_std": math.sqrt(max(0.0, s["ratio_sq_sum"] / n - (s["ratio_sum"] / n) ** 2)),
-        **sampler_mismatch(trainer.first_step_diffs, s["first_diff_sum"], s["first_tokens"]),
-        "clipped_fraction": s["clipped"] / n,
-        "mean_action_logp": s["logp_sum"] / n,
-        **({"kl_to_reference": s["kl_sum"] / n} if trainer.beta else {}),
-    }
-
-
-def sampler_mismatch(diffs: list[torch.Tensor], diff_sum: float, tokens: float) -> dict[str, float]:
-    """How far the sampler's log-probs are from the trainer's recomputation at the same weights (the
-    first optimiser step's tokens; rows with sampler log-probs only): mean over every process, p99
-    and max over this one's. Near 0 when sampler and trainer agree (same model, same temperature)."""
-    if not tokens:
-        return {}
-    values = torch.cat(diffs) if diffs else torch.zeros(0)
-    if not values.numel():  # this process had no sampler rows (others did): the mean only
-        return {"logprob_diff_mean": diff_sum / tokens}
-    return {
-        "logprob_diff_mean": diff_sum / tokens,
-        "logprob_diff_p99": float(torch.quantile(values.double(), 0.99)),
-        "logprob_diff_max": float(values.max()),
-    }
-
-
 def _trained_model(trainer: RAOTrainer) -> PreTrainedModel | None:
     """The trained weights: on every rank under DDP, on rank 0 only when sharded (a LoRA model
     comes back as base + adapter, unmerged: the adapter is what the next round trains on).
@@ -391,6 +335,25 @@ def _trained_model(trainer: RAOTrainer) -> PreTrainedModel | None:
     plain = AutoModelForCausalLM.from_config(model.config, dtype=torch.float32)
     plain.load_state_dict(state)
     return plain
+
+
+def _check_launch(trainer: RAOTrainer, cfg: TrainConfig, rank: int, world_size: int) -> bool:
+    """Whether the model is sharded (FSDP / ZeRO-3), or a clear error for what sharding cannot do."""
+    acc = trainer.accelerator
+    if (acc.process_index, acc.num_processes) != (rank, world_size):
+        raise RuntimeError(
+            f"RANK/WORLD_SIZE say {rank}/{world_size}, accelerate {acc.process_index}/{acc.num_processes}"
+        )
+    sharded = acc.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
+    if cfg.lora and sharded:
+        raise NotImplementedError(
+            "train.lora is not supported with FSDP / DeepSpeed: use DDP (an adapter is small) or full fine-tuning"
+        )
+    if cfg.beta and sharded:
+        raise NotImplementedError(
+            "train.beta > 0 is not supported with FSDP / DeepSpeed (the reference is not sharded): use DDP"
+        )
+    return sharded
 
 
 def train_rows(
@@ -441,21 +404,8 @@ def train_rows(
         beta=cfg.beta,
         reference=None if cfg.lora else reference,
     )
-    acc = trainer.accelerator
-    if (acc.process_index, acc.num_processes) != (rank, world_size):
-        raise RuntimeError(
-            f"RANK/WORLD_SIZE say {rank}/{world_size}, accelerate {acc.process_index}/{acc.num_processes}"
-        )
-    sharded = acc.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
-    if cfg.lora and sharded:
-        raise NotImplementedError(
-            "train.lora is not supported with FSDP / DeepSpeed: use DDP (an adapter is small) or full fine-tuning"
-        )
-    if cfg.beta and sharded:
-        raise NotImplementedError(
-            "train.beta > 0 is not supported with FSDP / DeepSpeed (the reference is not sharded): use DDP"
-        )
-    device = acc.device
+    sharded = _check_launch(trainer, cfg, rank, world_size)
+    device = trainer.accelerator.device
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     t0 = time.perf_counter()
