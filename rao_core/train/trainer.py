@@ -5,9 +5,10 @@ accumulation, clipping, AdamW, bf16, gradient checkpointing, LoRA). The subclass
 side: the dataloader yields pre-packed micro-batches (see samples.py) and `_prepare_inputs` moves
 them to the device instead of generating and scoring completions. `_compute_loss` is TRL's, untouched;
 a thin wrapper around its log-prob helper fills in behaviour log-probs for scripted rows and records
-ratio statistics. With `train.beta` > 0, `_prepare_inputs` also fills in the reference log-probs that
-TRL's KL term reads: those of version 0 (a frozen copy, or the LoRA base with the adapter off). Tested against TRL 1.16.0 exactly (pinned in pyproject.toml): the inputs dict and
-the normaliser are private TRL details that may change between versions.
+ratio statistics. With `train.beta` > 0, `_prepare_inputs` also fills in the reference log-probs
+that TRL's KL term reads: those of version 0 (a frozen copy, or the LoRA base with the adapter off).
+Tested against TRL 1.16.0 exactly (pinned in pyproject.toml): the inputs dict and the normaliser
+are private TRL details that may change between versions.
 
 Under `accelerate launch` (N processes: DDP, FSDP or DeepSpeed) every rank builds the same plan and
 takes its share of each optimiser step (`rank_batches`); the prepared model all-reduces gradients and
