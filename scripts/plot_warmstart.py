@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from rao_core.eval.report import plot_sft_loss
+from rao_core.eval.report import plot_sft_loss, sft_rows
 
 
 def main() -> None:
@@ -30,7 +30,7 @@ def main() -> None:
         for d in args.dirs
     }
     for name, rows in logs.items():
-        sft = [r for r in rows if r.get("phase") == "sft" and "loss" in r]
+        sft = sft_rows(rows)
         print(
             f"{name}: {len(sft)} logged steps, last step {sft[-1]['step']}, last loss {sft[-1]['loss']:.2e}"
         )

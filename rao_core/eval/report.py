@@ -184,6 +184,11 @@ def plot_runs(runs: dict[str, dict[int, dict[str, Any]]], out: Path, difficulty:
     return _save(fig, out)
 
 
+def sft_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The per-step loss rows of a warm start's SFT phase (train_log.jsonl), in order."""
+    return [r for r in rows if r.get("phase") == "sft" and "loss" in r]
+
+
 def plot_sft_loss(logs: dict[str, list[dict[str, Any]]], out: Path, window: int = 25) -> Path:
     """The warm start's SFT loss against optimizer step, one line per warm start (its
     train_log.jsonl rows), as the median of each `window` logged values on a log scale: single
@@ -191,7 +196,7 @@ def plot_sft_loss(logs: dict[str, list[dict[str, Any]]], out: Path, window: int 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     for name, rows in logs.items():
-        sft = [r for r in rows if r.get("phase") == "sft" and "loss" in r]
+        sft = sft_rows(rows)
         chunks = [sft[i : i + window] for i in range(0, len(sft), window)]
         steps = [c[-1]["step"] for c in chunks]
         medians = [sorted(r["loss"] for r in c)[len(c) // 2] for c in chunks]
