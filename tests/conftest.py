@@ -35,6 +35,20 @@ TOY = [  # the reference profile on a toy world, whatever the embedded defaults 
 ]
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """The gpu tier runs where torch sees a CUDA device and is skipped, with the reason, elsewhere."""
+    gpu = [item for item in items if "gpu" in item.keywords]
+    if not gpu:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="gpu tier: no CUDA device here (torch.cuda.is_available() is False)")
+    for item in gpu:
+        item.add_marker(skip)
+
+
 VLLM_PYTHON = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
 
 
