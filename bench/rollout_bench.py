@@ -41,6 +41,7 @@ from rao_core.config import RunConfig, load_config
 from rao_core.engines import engine_processes
 from rao_core.engines.hf import HFEngine
 from rao_core.engines.hf_batch import KVSlots, forward_in_slots
+from rao_core.engines.hf_static import StaticDecode, column_bucket
 from rao_core.envs.suites import open_suite
 from rao_core.rollout import load_round, make_policy, rollout_round, summarize
 
@@ -50,9 +51,12 @@ MODEL = "small-inline-root"
 
 
 def record_forwards() -> tuple[list[tuple], list, Callable[[], None]]:
-    """Patch HFEngine._forward to keep (ids, positions, first slot, write columns, runs) per call;
-    returns the calls, [the first engine seen] and the function that stops recording."""
-    calls, seen, original = [], [], HFEngine._forward
+    """Patch HFEngine._forward (prefills, and the runs path's decode steps) and StaticDecode.step
+    (the static path's decode steps, replayed unpadded over the same columns) to keep (ids,
+    positions, first slot, write columns, runs) per call; returns the calls, [the first engine
+    seen] and the function that stops recording."""
+    calls, seen = [], []
+    original, original_static = HFEngine._forward, StaticDecode.step
 
     def recording(self, ids, pos, slots):
         calls.append((ids.clone(), pos.clone(), slots._first, slots._write_cols.clone(), slots.runs))
@@ -60,10 +64,16 @@ def record_forwards() -> tuple[list[tuple], list, Callable[[], None]]:
             seen.append(self)
         return original(self, ids, pos, slots)
 
-    def stop() -> None:
-        HFEngine._forward = original
+    def recording_static(self, batch, rows):
+        pos = batch.slots.lens[:rows, None].clone()
+        columns = column_bucket(int(batch.slots.filled.max()) + 1)
+        calls.append((batch.last[:rows, None].clone(), pos, 0, pos, [(0, rows, columns)]))
+        return original_static(self, batch, rows)
 
-    HFEngine._forward = recording
+    def stop() -> None:
+        HFEngine._forward, StaticDecode.step = original, original_static
+
+    HFEngine._forward, StaticDecode.step = recording, recording_static
     return calls, seen, stop
 
 
@@ -80,16 +90,20 @@ def replay(model, calls: list[tuple]) -> float:
     """Seconds to run the recorded forwards through the model alone (the mask each plan builds
     included), one intra-op thread as in the engine's worker thread."""
     torch.set_num_threads(1)
-    slots = KVSlots(next(model.parameters()).device)
+    device = next(model.parameters()).device
+    slots = KVSlots(device)
     slots.reserve(
-        max(first + ids.shape[0] for ids, _, first, *_ in calls), max(int(c[1].max()) + 1 for c in calls)
+        max(first + ids.shape[0] for ids, _, first, *_ in calls),
+        max(max(int(c[1].max()) + 1, *(n for *_, n in c[4])) for c in calls),
     )
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
+    sync()
     start = time.perf_counter()
     for ids, pos, first, cols, runs in calls:
-        slots.plan(
-            first, cols.clamp(max=slots.cols), pos, runs
-        )  # the recorded scratch column may sit elsewhere
+        # the recorded scratch column may sit elsewhere; each decode step's columns as recorded
+        slots.plan(first, cols.clamp(max=slots.cols), pos, runs, length=max(n for *_, n in runs))
         forward_in_slots(model, ids, pos, slots)
+    sync()
     return time.perf_counter() - start
 
 

@@ -72,6 +72,20 @@ class HFPolicy(PolicyConfig):
     )
     max_batch_size: Int = opt(64, "sequences per micro-batch", resume="free", ge=1)
     max_batch_tokens: Int = opt(65536, "prompt+new tokens per micro-batch", resume="free", ge=64)
+    decode: Literal["auto", "runs", "static"] = opt(
+        "auto",
+        "decode path: runs (rows of similar length attend in runs, sampled row by row: fastest on a "
+        "CPU), static (one fixed-shape step over bucketed rows, sampled on the device, one read per "
+        "step: the GPU's); auto: static on CUDA, runs on CPU. They sample from different random "
+        "streams (docs/engines.md)",
+        resume="free",
+    )
+    cuda_graphs: bool = opt(
+        True,
+        "on CUDA, replay the static decode step from CUDA graphs, one per (rows, columns) bucket; a "
+        "capture that fails falls back to eager steps with a warning",
+        resume="free",
+    )
     engine_processes: Annotated[Int, Field(ge=0)] | Literal["auto"] = opt(
         "auto",
         "engine replicas in child processes, one core each, a node's turns all on one (docs/engines.md); "

@@ -32,6 +32,8 @@ def build_engine(
             dtype=c.dtype,
             max_batch_size=c.max_batch_size,
             max_batch_tokens=c.max_batch_tokens,
+            decode=c.decode,
+            cuda_graphs=c.cuda_graphs,
         )
         processes = engine_processes(c)
         if processes:  # the current scope's children for `role` (hf_process.py)

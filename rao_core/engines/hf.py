@@ -19,16 +19,23 @@ cells meanwhile):
 Log-prob convention: each returned log-prob is log p(token) under the distribution actually
 sampled from, softmax(logits / T). For greedy requests (T = 0) it is the T = 1 log-softmax.
 
-Seeds: a request with a `seed` draws its tokens from a generator of its own, seeded with it, so the
-tokens it samples do not depend on what else is in the batch or when it arrived (up to
+Two decode paths (`decode`): "runs" (the CPU's: rows of similar length attend in runs, sampled
+one row at a time from torch generators) and "static" (the GPU's, hf_static.py: one fixed-shape
+step over bucketed rows and columns, sampled on the device, read back once, replayed from CUDA
+graphs); "auto" takes static on CUDA, runs on CPU. Both give model.generate's greedy tokens.
+
+Seeds: a request with a `seed` draws its tokens from a random stream of its own, seeded with it, so
+the tokens it samples do not depend on what else is in the batch or when it arrived (up to
 floating-point differences between batch shapes, which move a draw only when it falls within
-~1e-6 of a token boundary). Requests without one share the engine's generator.
+~1e-6 of a token boundary). Requests without one share the engine's generator. The two paths draw
+from different streams: the same seed samples other tokens on each.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import random
 import threading
 import time
 from collections import deque
@@ -36,6 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -45,10 +53,11 @@ from rao_core.engines.hf_batch import (
     Batch,
     KVSlots,
     Prefixes,
+    StopCheck,
     check_full_attention,
-    completes_stop,
     forward_in_slots,
 )
+from rao_core.engines.hf_static import StaticDecode, request_key, sample_rows
 from rao_core.models.tiny import load_checkpoint, resolve_model
 
 
@@ -64,6 +73,7 @@ class EngineStats:
     prefill_seconds: float = 0.0  # time in prefill forward passes (worker thread)
     decode_seconds: float = 0.0  # time in decode forward passes
     sorts: int = 0  # decode steps that first sorted the rows by length (docs/engines.md)
+    host_reads: int = 0  # device -> host reads of sampled tokens (the static path: one per step)
 
 
 @dataclass
@@ -71,7 +81,8 @@ class _Seq:
     request: GenerationRequest
     future: asyncio.Future
     budget: int  # new tokens allowed: min(max_new_tokens, context room)
-    generator: torch.Generator | None = None  # the request's own, when it carries a seed
+    generator: torch.Generator | None = None  # the request's own, when it carries a seed (runs path)
+    key: int = 0  # the request's random stream (static path)
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish: str | None = None
@@ -104,13 +115,16 @@ class HFEngine(Policy):
         seed: int = 0,
         version: int = 0,
         cpu_threads: int | None = 1,
+        decode: str = "auto",
+        cuda_graphs: bool = True,
     ) -> None:
         """`prefix_cache_tokens`: tokens of finished conversations whose K/V are kept (0: none).
         `cpu_threads`: intra-op threads of the engine's worker thread on CPU (None: torch's default).
         One is the robust choice: when cores are oversubscribed (sandboxes, other jobs), OpenMP's
         spin-waiting made 2-thread decoding 18-25x slower on a 2-core machine. The setting is per
         thread: the rest of the process (training) keeps its own. The model's attention becomes
-        the engine's slot attention (a plain forward of it is still stock SDPA)."""
+        the engine's slot attention (a plain forward of it is still stock SDPA). `decode`: runs,
+        static or auto (module docstring); `cuda_graphs`: replay the static step from CUDA graphs."""
         self.model, self.tokenizer = model.eval(), tokenizer
         self.device = next(model.parameters()).device
         check_full_attention(model.config)
@@ -120,6 +134,12 @@ class HFEngine(Policy):
         self.prefixes = Prefixes(prefix_cache_tokens)
         self.version = version
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.keys = random.Random(seed)  # the static path's streams of requests without a seed
+        if decode not in ("auto", "runs", "static"):
+            raise ValueError(f"decode: {decode!r} is not one of auto, runs, static")
+        static = decode == "static" or (decode == "auto" and self.device.type == "cuda")
+        self.static = StaticDecode(model, max_batch_size, cuda_graphs) if static else None
+        self.stops = StopCheck(self._decode)
         eos = model.generation_config.eos_token_id
         eos = eos if isinstance(eos, list) else [eos]
         self.eos_ids = {i for i in [*eos, tokenizer.eos_token_id] if i is not None}
@@ -151,7 +171,9 @@ class HFEngine(Policy):
         loop = asyncio.get_running_loop()
         st = self._state(loop)
         seq = _Seq(request, loop.create_future(), min(request.max_new_tokens, room))
-        if request.seed is not None and request.temperature > 0:
+        if self.static is not None:
+            seq.key = request_key(request.seed, self.keys)
+        elif request.seed is not None and request.temperature > 0:
             seq.generator = torch.Generator(device=self.device).manual_seed(request.seed)
         st.pending.append(seq)
         st.wake.set()
@@ -231,15 +253,22 @@ class HFEngine(Policy):
         with self._lock:
             batch.drop([i for i, s in enumerate(batch.seqs) if s.finish is not None])
             slots = batch.slots
-            if batch.seqs:
+            if batch.seqs and self.static is not None:
+                start = time.perf_counter()
+                rows = len(batch.seqs)
+                tokens, logps = self.static.step(batch, rows)
+                self._count_forward(rows)
+                batch.advance(tokens[:rows].clone())  # a graph's output is overwritten next step
+                self._record(batch.seqs, tokens[:rows], logps[:rows])
+                self.stats.decode_seconds += time.perf_counter() - start
+            elif batch.seqs:
                 start = time.perf_counter()
                 runs, sorted_ = batch.decode_runs()
                 self.stats.sorts += sorted_
                 cols = slots.lens[:, None]  # each row's last token goes to its next free column
-                slots.plan(0, cols, cols, runs)
+                slots.plan(0, cols, cols, runs, length=int(slots.filled.max()) + 1)
                 logits = self._forward(batch.last[:, None], cols, slots)
-                slots.lens = slots.lens + 1
-                batch.last = self._sample(batch.seqs, logits)
+                batch.advance(self._sample(batch.seqs, logits))
                 self.stats.decode_seconds += time.perf_counter() - start
             if new:
                 start = time.perf_counter()
@@ -289,11 +318,17 @@ class HFEngine(Policy):
             ids[i, width - len(t) :] = torch.tensor(t)
             cols[i, width - len(t) :] = pos[i, width - len(t) :] = torch.arange(k, k + len(t))
         ids, cols, pos = ids.to(self.device), cols.to(self.device), pos.to(self.device)
-        slots.plan(first, cols, pos)
+        slots.plan(first, cols, pos, length=length)
         logits = self._forward(ids, pos, slots)
-        slots.lens = torch.cat([slots.lens, pos[:, -1] + 1])
-        batch.last = torch.cat([batch.last, self._sample(seqs, logits)])
-        batch.seqs += seqs
+        temps = torch.tensor([s.request.temperature for s in seqs], device=self.device)
+        keys = torch.tensor([s.key for s in seqs], device=self.device)
+        counts = torch.zeros(len(seqs), dtype=torch.long, device=self.device)
+        if self.static is not None:
+            first_tokens, logps = sample_rows(logits, temps, keys, counts)
+            self._record(seqs, first_tokens, logps)
+        else:
+            first_tokens = self._sample(seqs, logits)
+        batch.append(seqs, first_tokens, temps, keys, counts + 1, [len(p) for p in prompts])
         self.stats.prompt_tokens += sum(map(len, prompts))
         self.stats.prefill_tokens += sum(map(len, todo))
 
@@ -301,16 +336,28 @@ class HFEngine(Policy):
         """K/V of one token sequence, computed in one pass."""
         slots = KVSlots(self.device)
         pos = torch.arange(len(ids), device=self.device)[None]
-        slots.plan(0, pos, pos)
+        slots.plan(0, pos, pos, length=len(ids))
         self._forward(torch.tensor([ids], device=self.device), pos, slots)
-        slots.lens = torch.tensor([len(ids)], device=self.device)
+        slots.filled = np.array([len(ids)])
         self.stats.prefill_tokens += len(ids)
         return slots.row_kv(0)
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, slots: KVSlots) -> torch.Tensor:
-        self.stats.batches += 1
-        self.stats.batch_sizes.append(ids.shape[0])
+        self._count_forward(ids.shape[0])
         return forward_in_slots(self.model, ids, pos, slots)
+
+    def _count_forward(self, rows: int) -> None:
+        self.stats.batches += 1
+        self.stats.batch_sizes.append(rows)
+
+    def _record(self, seqs: list[_Seq], tokens: torch.Tensor, logps: torch.Tensor) -> None:
+        """The one read of a static step: tokens and log-probs in one copy to the host."""
+        self.stats.host_reads += 1
+        ids, lps = torch.stack([tokens.double(), logps.double()]).tolist()
+        for s, i, v in zip(seqs, ids, lps, strict=True):
+            s.ids.append(int(i))
+            s.logprobs.append(v)
+        self.stats.tokens_generated += len(seqs)
 
     def _sample(self, seqs: list[_Seq], logits: torch.Tensor) -> torch.Tensor:
         """Greedy (T = 0) or ancestral sampling per row; log-probs under softmax(logits / T)."""
@@ -332,7 +379,7 @@ class HFEngine(Policy):
     def _check_finish(self, s: _Seq) -> bool:
         if s.finish is not None:
             return True
-        if s.ids[-1] in self.eos_ids or completes_stop(s.ids, self._decode, s.request.stop):
+        if s.ids[-1] in self.eos_ids or self.stops(s.ids, s.request.stop):
             s.finish = "stop"
         elif len(s.ids) >= s.request.max_new_tokens:
             s.finish = "length"

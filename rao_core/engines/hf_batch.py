@@ -10,11 +10,13 @@ every path with model.generate and a full forward.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
@@ -31,6 +33,29 @@ def completes_stop(ids: Sequence[int], decode: Callable[[list[int]], str], stops
     window = max(len(s.encode()) for s in stops) + 1
     tail = decode(list(ids[-window:]))
     return any(s in tail for s in stops)
+
+
+class StopCheck:
+    """`completes_stop` for a growing reply, skipping the tail decode for tokens that cannot
+    complete a stop string. A token that completes one holds the stop's last character in its own
+    text, or a piece of a multi-byte character (its text alone is U+FFFD); whitespace at a stop's
+    end can be hidden by a tokenizer's spacing rules, so such stops always decode. The verdict per
+    token is cached for each set of stops (a decode of one token, once)."""
+
+    def __init__(self, decode: Callable[[list[int]], str]) -> None:
+        self.decode = decode
+        self.may_complete: dict[tuple[str, ...], dict[int, bool]] = {}
+
+    def __call__(self, ids: Sequence[int], stops: Sequence[str]) -> bool:
+        if not stops or not ids:
+            return False
+        key = tuple(stops)
+        verdicts = self.may_complete.setdefault(key, {})
+        token = ids[-1]
+        if token not in verdicts:
+            text = self.decode([token])
+            verdicts[token] = "\ufffd" in text or any(not s or s[-1].isspace() or s[-1] in text for s in key)
+        return verdicts[token] and completes_stop(ids, self.decode, stops)
 
 
 def stop_index(ids: Sequence[int], decode: Callable[[list[int]], str], stops: Sequence[str]) -> int | None:
@@ -95,14 +120,20 @@ class KVSlots:
     token at position p of row r sits at column p of slot r. A decode step writes one column per
     row and attends to a view of the first `n` slots, so nothing is copied when a row joins, grows
     or leaves (a leaving row's slot takes the last row: one row's copy). Capacity grows
-    geometrically; the last column is scratch, where padding tokens of a prefill write."""
+    geometrically; the last column is scratch, where padding tokens of a prefill write.
+
+    Each row's filled columns are kept twice: `lens` on the device (what attention masks with) and
+    `filled` on the host (what shapes and copies are sized with), so no size is ever read back
+    from the device. `version` counts reallocations (captured CUDA graphs hold the old tensors)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.keys: dict[int, torch.Tensor] = {}  # layer -> (rows, kv_heads, cols + 1, head_dim)
         self.values: dict[int, torch.Tensor] = {}
         self.rows = self.cols = 0  # capacity
+        self.version = 0
         self.lens = torch.zeros(0, dtype=torch.long, device=device)  # filled columns per live row
+        self.filled = np.zeros(0, dtype=np.int64)  # the same, on the host
         self._write_rows = self._write_cols = torch.empty(0)
         self._first, self._length = 0, 0
         self.mask = torch.empty(0, dtype=torch.bool)
@@ -121,13 +152,17 @@ class KVSlots:
                 new[: self.rows, :, : self.cols] = old[:, :, : self.cols]
                 store[layer] = new
         self.rows, self.cols = rows, cols
+        self.version += 1
 
-    def plan(self, first: int, cols: torch.Tensor, pos: torch.Tensor, runs: list | None = None) -> None:
+    def plan(
+        self, first: int, cols: torch.Tensor, pos: torch.Tensor, runs: list | None = None, length: int = 0
+    ) -> None:
         """The next forward's rows are slots first..first+len(cols); its token (i, j), at position
         pos[i, j], is written to column cols[i, j] (self.cols: scratch, for padding) and attends to
-        columns [0, pos[i, j]] (padding, at position 0: column 0 only). A decode step attends in
-        `runs`: rows i..j over columns [0, n) for each (i, j, n)."""
-        self._length = int(pos.max()) + 1
+        columns [0, pos[i, j]] (padding, at position 0: column 0 only), of the first `length`
+        (default: the largest position + 1, read from the device). A decode step attends in
+        `runs`: rows i..j over columns [0, n) for each (i, j, n); default: one run over all rows."""
+        self._length = length or int(pos.max()) + 1
         self.reserve(first + cols.shape[0], self._length)
         self._first, self._write_cols = first, cols
         self.runs = runs or [(0, cols.shape[0], self._length)]
@@ -147,8 +182,8 @@ class KVSlots:
         k, v = self.keys[layer], self.values[layer]
         k[self._write_rows, :, self._write_cols] = key.transpose(1, 2)
         v[self._write_rows, :, self._write_cols] = value.transpose(1, 2)
-        rows = slice(self._first, self._first + key.shape[0])
-        return k[rows, :, : self._length], v[rows, :, : self._length]
+        rows = (0, self._first, key.shape[0])  # narrow, not [a:b]: the same ops whatever the capacity
+        return k.narrow(*rows).narrow(2, 0, self._length), v.narrow(*rows).narrow(2, 0, self._length)
 
     def load(self, row: int, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         """Put stored (kv_heads, n, dim) K/V per layer at the start of slot `row`."""
@@ -159,37 +194,49 @@ class KVSlots:
 
     def row_kv(self, row: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """A copy of slot `row`'s filled columns per layer, as (kv_heads, n, dim)."""
-        n = int(self.lens[row])
+        n = int(self.filled[row])
         return [
             (self.keys[j][row, :, :n].clone(), self.values[j][row, :, :n].clone()) for j in sorted(self.keys)
         ]
 
     def permute(self, order: list[int]) -> None:
         """Row i takes row order[i]'s K/V (a copy of every filled column)."""
-        n, idx = int(self.lens.max()), torch.tensor(order, device=self.device)
+        n, idx = int(self.filled.max()), torch.tensor(order, device=self.device)
         for store in (self.keys, self.values):
             for t in store.values():
                 t[: len(order), :, :n] = t[idx, :, :n]
-        self.lens = self.lens[idx]
+        self.lens, self.filled = self.lens[idx], self.filled[order]
 
     def move(self, src: int, dst: int) -> None:
-        n = int(self.lens[src])
+        n = int(self.filled[src])
         for store in (self.keys, self.values):
             for t in store.values():
                 t[dst, :, :n] = t[src, :, :n]
 
 
+# On CUDA the engine's attention leaves out cuDNN's kernels: they build an execution plan for
+# every new shape, and a rollout's prefills and growing decodes bring new shapes all the time
+# (bench/decode_bench.py times both; None: torch's own choice).
+CUDA_ATTENTION: list[SDPBackend] | None = [
+    SDPBackend.FLASH_ATTENTION,
+    SDPBackend.EFFICIENT_ATTENTION,
+    SDPBackend.MATH,
+]
+
+
 def forward_in_slots(model, ids: torch.Tensor, pos: torch.Tensor, slots: KVSlots) -> torch.Tensor:
     """Last-position logits (float32) of `model` on `ids` at positions `pos`, with K/V read from and
     written to `slots` as `slots.plan` set up; the plan's 4D mask goes to attention as is."""
-    out = model(
-        input_ids=ids,
-        attention_mask=slots.mask,
-        position_ids=pos,
-        use_cache=False,
-        logits_to_keep=1,
-        kv_slots=slots,
-    )
+    backends = CUDA_ATTENTION if ids.is_cuda and CUDA_ATTENTION else None
+    with sdpa_kernel(backends) if backends else contextlib.nullcontext():
+        out = model(
+            input_ids=ids,
+            attention_mask=slots.mask,
+            position_ids=pos,
+            use_cache=False,
+            logits_to_keep=1,
+            kv_slots=slots,
+        )
     return out.logits[:, -1].float()
 
 
@@ -212,12 +259,33 @@ def row_runs(lens: list[int], run_cost: int = 512) -> tuple[list[tuple[int, int,
 
 
 class Batch:
-    """The running rows: their requests, K/V slots (row i = slot i), and last sampled tokens."""
+    """The running rows: their requests, K/V slots (row i = slot i), and per row on the device the
+    last sampled token and what the fixed-shape decode samples with (hf_static.sample_rows)."""
 
     def __init__(self, device: torch.device | str = "cpu") -> None:
         self.seqs: list = []  # the engine's requests, one per row
         self.slots = KVSlots(torch.device(device))
         self.last = torch.zeros(0, dtype=torch.long, device=device)
+        self.temps = torch.zeros(0, dtype=torch.float32, device=device)  # sampling temperature
+        self.keys = torch.zeros(0, dtype=torch.long, device=device)  # the request's random stream
+        self.counts = torch.zeros(0, dtype=torch.long, device=device)  # tokens sampled so far
+
+    def append(self, seqs: list, last, temps, keys, counts, filled: list[int]) -> None:
+        """Rows prefilled into the next slots join (their K/V is already there)."""
+        self.seqs += seqs
+        self.last = torch.cat([self.last, last])
+        self.temps = torch.cat([self.temps, temps])
+        self.keys = torch.cat([self.keys, keys])
+        self.counts = torch.cat([self.counts, counts])
+        self.slots.lens = torch.cat([self.slots.lens, torch.as_tensor(filled, device=self.last.device)])
+        self.slots.filled = np.concatenate([self.slots.filled, np.asarray(filled, dtype=np.int64)])
+
+    def advance(self, tokens: torch.Tensor) -> None:
+        """After a decode step: every row holds one more column and samples from `tokens` next."""
+        self.last = tokens
+        self.counts = self.counts + 1
+        self.slots.lens = self.slots.lens + 1
+        self.slots.filled = self.slots.filled + 1
 
     def decode_runs(self, sort_at: float = 0.5) -> tuple[list[tuple[int, int, int]], bool]:
         """Runs of rows of similar length for the next decode step (columns: each row's length + 1):
@@ -225,29 +293,34 @@ class Batch:
         differ. When runs in slot order still read more than `sort_at` padding per real column,
         rows are sorted by length first (a copy of the cache; joining and leaving rows then disturb
         the order only a little)."""
-        lens = (self.slots.lens + 1).tolist()
+        lens = (self.slots.filled + 1).tolist()
         runs, waste = row_runs(lens)
         if waste <= sort_at * sum(lens):
             return runs, False
         order = sorted(range(len(lens)), key=lambda i: -lens[i])
         self.slots.permute(order)
-        self.seqs, self.last = (
-            [self.seqs[i] for i in order],
-            self.last[torch.tensor(order, device=self.last.device)],
+        idx = torch.tensor(order, device=self.last.device)
+        self.seqs = [self.seqs[i] for i in order]
+        self.last, self.temps, self.keys, self.counts = (
+            t[idx] for t in (self.last, self.temps, self.keys, self.counts)
         )
         return row_runs([lens[i] for i in order])[0], True
 
     def drop(self, gone: list[int]) -> None:
         """Remove rows `gone`: each hole takes the current last row (one row's K/V copied)."""
-        lens, last = self.slots.lens, self.last
+        slots = self.slots
+        rows = [slots.lens, self.last, self.temps, self.keys, self.counts]
         for i in sorted(gone, reverse=True):
             j = len(self.seqs) - 1
             if i != j:
-                self.slots.move(j, i)
-                self.seqs[i], lens[i], last[i] = self.seqs[j], lens[j], last[j]
+                slots.move(j, i)
+                self.seqs[i], slots.filled[i] = self.seqs[j], slots.filled[j]
+                for t in rows:
+                    t[i] = t[j]
             self.seqs.pop()
-            lens, last = lens[:j], last[:j]
-        self.slots.lens, self.last = lens, last
+            rows = [t[:j] for t in rows]
+            slots.filled = slots.filled[:j]
+        slots.lens, self.last, self.temps, self.keys, self.counts = rows
 
 
 class Prefixes:

@@ -47,6 +47,8 @@ class EngineSpec:
     dtype: str = "auto"
     max_batch_size: int = 64
     max_batch_tokens: int = 65536
+    decode: str = "auto"
+    cuda_graphs: bool = True
 
 
 class EngineProcess:
@@ -300,6 +302,7 @@ async def _serve(inbox_conn: Connection, conn: Connection) -> None:
                 engine = HFEngine.from_pretrained(
                     Path(spec.model), spec.tokenizer, device=spec.device, dtype=spec.dtype,
                     max_batch_size=spec.max_batch_size, max_batch_tokens=spec.max_batch_tokens,
+                    decode=spec.decode, cuda_graphs=spec.cuda_graphs,
                 )  # fmt: skip
                 conn.send((i, True, engine.device.type))
             except Exception as e:

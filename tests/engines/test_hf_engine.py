@@ -33,6 +33,12 @@ def ref():
     return model
 
 
+@pytest.fixture(params=["runs", "static"])
+def decode(request) -> str:
+    """Both decode paths: the CPU's runs of rows, and the fixed-shape step CUDA takes."""
+    return request.param
+
+
 def prompts(n: int = 12, seed: int = 0) -> list[list[int]]:
     """Prompts of very different lengths, so left padding and cache merging both matter."""
     rng = random.Random(seed)
@@ -49,8 +55,8 @@ def run(coro_fn, engine: Policy):
     return asyncio.run(main())
 
 
-def test_greedy_batched_equals_single_equals_generate(ref):
-    engine = HFEngine(small_model(TOK), TOK)
+def test_greedy_batched_equals_single_equals_generate(ref, decode):
+    engine = HFEngine(small_model(TOK), TOK, decode=decode)
     ps = prompts()
 
     async def both():
@@ -67,10 +73,10 @@ def test_greedy_batched_equals_single_equals_generate(ref):
     assert max(engine.stats.batch_sizes) == len(ps)
 
 
-def test_staggered_arrivals_join_the_running_batch(ref):
+def test_staggered_arrivals_join_the_running_batch(ref, decode):
     """Requests arriving while others decode are merged into the running batch (continuous
     batching) and still decode exactly as alone."""
-    engine = HFEngine(small_model(TOK), TOK, max_batch_size=5)
+    engine = HFEngine(small_model(TOK), TOK, max_batch_size=5, decode=decode)
     ps = prompts(10, seed=1)
 
     async def staggered(i, p):
@@ -91,8 +97,8 @@ def test_staggered_arrivals_join_the_running_batch(ref):
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
-def test_logprobs_match_full_forward(ref, temperature):
-    engine = HFEngine(small_model(TOK), TOK, seed=3)
+def test_logprobs_match_full_forward(ref, temperature, decode):
+    engine = HFEngine(small_model(TOK), TOK, seed=3, decode=decode)
     ps = prompts(6, seed=2)
     outs = run(lambda: asyncio.gather(*[engine.generate(req(p, 10, temperature)) for p in ps]), engine)
     t = temperature or 1.0  # greedy reports the T=1 log-softmax
@@ -104,26 +110,26 @@ def test_logprobs_match_full_forward(ref, temperature):
         assert torch.allclose(expected, torch.tensor(g.logprobs), atol=1e-4)
 
 
-def test_sampling_is_seeded_and_mixed_temperatures_batch():
+def test_sampling_is_seeded_and_mixed_temperatures_batch(decode):
     ps = prompts(4, seed=4)
     model = small_model(TOK)
 
     def sample(seed):
-        engine = HFEngine(model, TOK, seed=seed)
+        engine = HFEngine(model, TOK, seed=seed, decode=decode)
         reqs = [req(p, 8, temperature=1.0 if i % 2 else 0.0) for i, p in enumerate(ps)]
         return run(lambda: asyncio.gather(*[engine.generate(r) for r in reqs]), engine)
 
     a, b = sample(0), sample(0)
     assert [g.token_ids for g in a] == [g.token_ids for g in b]
-    greedy = HFEngine(model, TOK)
+    greedy = HFEngine(model, TOK, decode=decode)
     ref = run(lambda: asyncio.gather(*[greedy.generate(req(p, 8)) for p in ps[::2]]), greedy)
     assert [g.token_ids for g in a[::2]] == [g.token_ids for g in ref]  # greedy rows unaffected
 
 
-def test_next_turn_reuses_the_conversation(ref):
+def test_next_turn_reuses_the_conversation(ref, decode):
     """A prompt that extends an earlier prompt + reply prefills only the appended tokens, mixed in
     one prefill with a fresh prompt, and decodes exactly as from scratch."""
-    engine = HFEngine(small_model(TOK), TOK)
+    engine = HFEngine(small_model(TOK), TOK, decode=decode)
     ps, obs = prompts(4, seed=6), TOK.encode("<|im_end|>\n<|im_start|>user\nError: no cell<|im_end|>\n")
 
     async def turns():
@@ -141,10 +147,10 @@ def test_next_turn_reuses_the_conversation(ref):
         assert torch.allclose(expected, torch.tensor(g.logprobs), atol=1e-4)
 
 
-def test_shared_beginnings_are_computed_once(ref):
+def test_shared_beginnings_are_computed_once(ref, decode):
     """New prompts sharing a system prompt: one pass over the shared part for a wave that arrives
     together, and a copy from a stored conversation for a prompt that arrives later."""
-    engine = HFEngine(small_model(TOK), TOK)
+    engine = HFEngine(small_model(TOK), TOK, decode=decode)
     system = prompts(1, seed=10)[0] + prompts(1, seed=11)[0]  # > 32 tokens
     tails = prompts(4, seed=12)
     wave, late = [system + t for t in tails[:3]], system + tails[3]
@@ -174,9 +180,9 @@ def test_stop_cutting_on_token_streams():
     assert stop_index(chars, TOK.decode, ["cab"]) == 5
 
 
-def test_stop_strings_eos_and_limits_end_to_end():
+def test_stop_strings_eos_and_limits_end_to_end(decode):
     model, chain = chain_model(TOK)  # continues "ok</python> tailwords" token by token
-    engine = HFEngine(model, TOK, context_limit=len(chain) + 3)
+    engine = HFEngine(model, TOK, context_limit=len(chain) + 3, decode=decode)
     prompt = chain[:1]  # "o": the model continues "k</python> tailwords"
 
     async def cases():
@@ -196,12 +202,12 @@ def test_stop_strings_eos_and_limits_end_to_end():
     assert full == Generation("", [], [], "context")
 
 
-def test_eos_stops_and_is_kept():
+def test_eos_stops_and_is_kept(decode):
     model, chain = chain_model(TOK, "ok words")
     with torch.no_grad():  # make "s" be followed by eos
         emb = model.model.embed_tokens.weight
         model.lm_head.weight[TOK.eos_token_id] = emb[chain[-1]] / emb[chain[-1]].norm() * 50
-    engine = HFEngine(model, TOK)
+    engine = HFEngine(model, TOK, decode=decode)
     g = run(lambda: engine.generate(req(chain[:1], 20)), engine)
     assert g.token_ids == chain[1:] + [TOK.eos_token_id] and g.finish_reason == "stop"
     assert g.text == "k words"
@@ -219,10 +225,10 @@ class Recorder(Policy):
         return gen
 
 
-def test_tree_run_stores_exactly_the_sampled_ids():
+def test_tree_run_stores_exactly_the_sampled_ids(decode):
     """Real trees with the untrained model: garbage replies become error observations, and each
     record's action tokens and log-probs are exactly what the engine returned, in order."""
-    engine = HFEngine(small_model(TOK), TOK)
+    engine = HFEngine(small_model(TOK), TOK, decode=decode)
     policy = Recorder(engine)
     chat = ChatFraming(TOK)
     cfg = AgentConfig(max_steps=3, max_new_tokens=24, cell_timeout_s=5.0, tree_timeout_s=60.0)
@@ -244,8 +250,8 @@ def test_tree_run_stores_exactly_the_sampled_ids():
             assert rec.token_ids[: len(p)] == p
 
 
-def test_cancelled_requests_leave_the_batch():
-    engine = HFEngine(small_model(TOK), TOK)
+def test_cancelled_requests_leave_the_batch(decode):
+    engine = HFEngine(small_model(TOK), TOK, decode=decode)
 
     async def go():
         task = asyncio.ensure_future(engine.generate(req(prompts(1)[0], 10_000)))
