@@ -314,6 +314,7 @@ def summarize(table: pa.Table) -> dict:
             "children",
             "started_at",
             "ended_at",
+            "finish_message",
         ]
     ).to_pylist()
     roots = [r for r in rows if r["depth"] == 0]
@@ -326,6 +327,8 @@ def summarize(table: pa.Table) -> dict:
         "trees": len(roots),
         "nodes": len(rows),
         "infra_failed_nodes": len(infra),
+        # of those, nodes whose scorer broke the reward contract (envs/base.py success_value)
+        "scorer_failed_nodes": sum(r["finish_message"].startswith("scorer:") for r in infra),
         "infra_failed_trees": len({r["tree_id"] for r in rows if r["tree_status"] == "infra_error"}),
         "root_success": sum(r["success"] for r in roots) / max(1, len(roots)),
         "nodes_per_tree": len(rows) / max(1, len(roots)),

@@ -30,7 +30,7 @@ from rao_core.agent.parsing import ReplyFormat, parse_reply
 from rao_core.agent.policy import Generation, GenerationRequest, NodeState, Policy
 from rao_core.agent.prompts import ChatFraming, mask_addresses, system_prompt, truncate, user_prompt
 from rao_core.config import AgentConfig
-from rao_core.envs.base import Environment
+from rao_core.envs.base import Environment, ScorerError, scorer_name, success_value
 from rao_core.errors import EngineError, InfrastructureError, retrying
 from rao_core.status import NodeStatus
 
@@ -261,11 +261,17 @@ class Node:
         judge_inputs = None
         try:
             success = self.env.success(finished, rec.finish_message)
-            rec.success = float(await success if inspect.isawaitable(success) else success)
+            success = await success if inspect.isawaitable(success) else success
+            rec.success = success_value(success, scorer_name(self.env))
             judge_inputs = self.env.judge_inputs(finished, rec.finish_message)
         except Exception as e:
             rec.success = 0.0
-            self._infra_failure(InfrastructureError(f"scoring failed: {type(e).__name__}: {e}", "scorer"))
+            why = (
+                str(e)
+                if isinstance(e, ScorerError)
+                else f"{scorer_name(self.env)} raised {type(e).__name__}: {e}"
+            )
+            self._infra_failure(InfrastructureError(why, "scorer"))
         rec.token_ids, rec.action_mask = self.conv.ids, self.conv.mask
         rec.logprobs = self.conv.stored_logprobs()
         rec.transcript = self.ctx.chat.tokenizer.decode(self.conv.ids)

@@ -19,10 +19,10 @@ from rao_core.agent.parsing import get_format
 from rao_core.agent.policy import Policy
 from rao_core.agent.prompts import ChatFraming
 from rao_core.config import AgentConfig
-from rao_core.envs.base import Environment
+from rao_core.envs.base import Environment, success_value
 from rao_core.errors import InfrastructureError
 from rao_core.judges import Judge, error_verdict
-from rao_core.status import TreeStatus
+from rao_core.status import NodeStatus, TreeStatus
 
 
 @dataclass
@@ -94,10 +94,12 @@ class TreeRun:
         assert self.judge is not None
         try:
             v = await self.judge.judge(inputs["goal"], inputs["answer"], inputs.get("reference"))
+            success_value(v.success, f"judge {self.judge.name}")  # the reward contract
         except Exception as e:  # the judge failed, not the node: the tree leaves training
             v = error_verdict(e, self.judge.name)
             kind = e.kind if isinstance(e, InfrastructureError) else "judge"
             self.infra_failure(kind, f"{kind}: {e}"[:500])
+            rec.status = NodeStatus.INFRA_ERROR  # its answer stays; the verdict JSON holds the error
         rec.success, rec.judge_verdict = v.success, v.verdict
 
     async def settle_success(self) -> None:

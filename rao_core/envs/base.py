@@ -9,6 +9,8 @@ path (`suite: mypkg.tasks:MySuite`) or the `rao.suites` entry-point group. docs/
 
 from __future__ import annotations
 
+import math
+import numbers
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
@@ -20,6 +22,31 @@ from pydantic import BaseModel
 
 class LaunchError(ValueError):
     """Bad arguments to launch_subagent; the message is returned to the calling cell as a string."""
+
+
+class ScorerError(ValueError):
+    """A scorer broke the reward contract: it gave something other than a finite number in [0, 1],
+    or raised. The message names the scorer."""
+
+
+def success_value(value: Any, source: str) -> float:
+    """The reward contract, the same on every route (a suite's success(), a dataset's verifier, a
+    judge): s(X) is a finite number in [0, 1] (a bool counts as 0 or 1). Anything else raises,
+    naming `source` and the value, and the runtime ends that node as an infrastructure failure:
+    a broken scorer must not reach training as a reward."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, numbers.Real):
+        score = float(value)
+        if math.isfinite(score) and 0.0 <= score <= 1.0:
+            return score
+    raise ScorerError(f"{source} returned {value!r}: a success must be a finite number in [0, 1]")
+
+
+def scorer_name(env: Environment) -> str:
+    """How an error names the environment's success(): its suite, else its class."""
+    name = env.suite if env.suite != "base" else type(env).__qualname__
+    return f"suite {name} ({type(env).__module__}.{type(env).__qualname__}.success)"
 
 
 class Environment(ABC):

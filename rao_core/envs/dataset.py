@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field
 
-from rao_core.envs.base import Environment, LaunchError, Suite
+from rao_core.envs.base import Environment, LaunchError, ScorerError, Suite, success_value
 from rao_core.envs.registry import import_object
 from rao_core.store.files import atomic_write
 
@@ -172,14 +172,14 @@ class DatasetEnv(Environment):
             return 0.0
         if self.task is None or self.verifier is None:
             return float(bool(finish_message.strip()))
-        score = self.verifier(finish_message, self.task.as_dict())
-        if inspect.isawaitable(score):
-            score = await score
-        if isinstance(score, bool):
-            score = float(score)
-        if not isinstance(score, int | float) or not 0.0 <= score <= 1.0:
-            raise ValueError(f"verifier returned {score!r}; it must return a number in [0, 1]")
-        return float(score)
+        name = f"suite dataset's verifier {self.verifier.__module__}:{self.verifier.__qualname__}"
+        try:
+            score = self.verifier(finish_message, self.task.as_dict())
+            if inspect.isawaitable(score):
+                score = await score
+        except Exception as e:
+            raise ScorerError(f"{name} raised {type(e).__name__}: {e}") from e
+        return success_value(score, name)
 
     def judge_inputs(self, finished: bool, finish_message: str) -> dict[str, str] | None:
         if not finished or (self.task is not None and self.verifier is not None):

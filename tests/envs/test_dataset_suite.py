@@ -35,8 +35,15 @@ def too_big(answer, task):
 
 @pytest.fixture
 def data(tmp_path, monkeypatch):
+    data_rows(tmp_path)
+    (tmp_path / "myverify.py").write_text(VERIFIERS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def data_rows(tmp_path) -> None:
     """Twelve counting questions, half with a `context` holding the text, with difficulties and no
-    split column (the suite holds out a seeded share)."""
+    split column (the suite holds out a seeded share): tmp_path/q.parquet."""
     rows = []
     for i in range(12):
         text = "ab" * (i + 1)
@@ -44,9 +51,6 @@ def data(tmp_path, monkeypatch):
                "difficulty": "short" if i < 6 else "long", "context": text if i % 2 else None}  # fmt: skip
         rows.append(row)
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "q.parquet")
-    (tmp_path / "myverify.py").write_text(VERIFIERS)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return tmp_path
 
 
 def config(tmp_path, *extra: str):
@@ -97,7 +101,7 @@ def test_a_verifier_outside_zero_one_fails_the_node_not_the_run(data):
     cfg = config(data, "suite_args.verifier=myverify:too_big", "rollout.num_tasks=2")
     _, roots = run_roots(cfg)
     assert all(
-        r.status == "infra_error" and "must return a number in [0, 1]" in r.finish_message for r in roots
+        r.status == "infra_error" and "must be a finite number in [0, 1]" in r.finish_message for r in roots
     )
 
 
