@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from rao_core.config import ConfigError, load_config, to_dict
+from rao_core.envs.checks import RunCheckError, check_run
 from rao_core.runlock import RunBusy
 
 
@@ -106,6 +107,11 @@ def _checked(args: argparse.Namespace):
         resume.branch_parts(cfg, *_branch(args, cfg))
     else:
         resume.check_resume(cfg)
+    try:  # the suite's expert, task labels and counts (tasks synthesized to a temporary folder)
+        for warning in check_run(cfg, synthesize=args.check):
+            print(warning, file=sys.stderr)
+    except RunCheckError as e:
+        raise ConfigError(str(e)) from None
     plan = memory.check(cfg)  # refuses a plan that cannot fit, with the numbers
     if not args.check:
         _free(cfg)

@@ -17,12 +17,15 @@ STAGE = {"cache_policy": NO_CACHE, "retries": 1, "retry_delay_seconds": 2}
 
 @task(name="synthesize", **STAGE)
 def synthesize(cfg: RunConfig) -> str:
+    from rao_core.envs.checks import check_tasks
     from rao_core.envs.suites import open_suite
 
     diff = campaign.prepare(cfg)
     if diff:
         get_run_logger().info(reporting.config_change_line(cfg, diff))
-    return str(open_suite(cfg).dir)
+    suite = open_suite(cfg)
+    check_tasks(suite, cfg)  # labels and counts of what was just written, before any rollout
+    return str(suite.dir)
 
 
 @task(name="warm-start", **STAGE)

@@ -182,6 +182,7 @@ class FileCount(Suite):
     difficulties = tuple(DEPTHS)
     Args = Args
     files = ("train.parquet", "val.parquet")
+    reads = frozenset({"warmstart.root_inline_rate"})  # what demonstrator() below reads
 
     def synthesize(self, out: Path) -> None:
         for split, base in (("train", 0), ("val", VAL_SEED_BASE)):

@@ -136,6 +136,9 @@ class Suite(ABC):
     # Configuration defaults of the suite (YAML-shaped layers), applied under the user's YAML and
     # --set: the agent profile and the settings a suite is meant to run with.
     profile: ClassVar[tuple[dict, ...]] = ()
+    # Which of the suite-specific settings its expert and demonstrator read (envs/checks.py:
+    # SUITE_SPECIFIC, e.g. "warmstart.root_inline_rate"); `--check` warns about the others.
+    reads: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, cfg: Any, args: Any = None) -> None:
         self.cfg, self.args = cfg, args

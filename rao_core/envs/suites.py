@@ -10,6 +10,7 @@ from typing import Any
 
 from rao_core.agent.policy import Policy
 from rao_core.config import RunConfig
+from rao_core.envs import checks
 from rao_core.envs.base import Environment, Suite
 from rao_core.envs.registry import check_suite, suite_args, suite_class
 
@@ -36,6 +37,7 @@ class TextCraftData(Suite):
 
     files = ("world.json", "train.parquet", "val.parquet")
     profile = (REFERENCE_PROFILE,)
+    reads = frozenset({"policy.error_rate"})
 
     def synthesize(self, out: Path) -> None:
         from rao_core.envs.textcraft import synthesize
@@ -70,6 +72,8 @@ class TextCraftData(Suite):
 
 class TextCraftSmallData(Suite):
     """TextCraft-Synth, small-model profile: a fresh tiny world per task, one-name actions."""
+
+    reads = frozenset(checks.SUITE_SPECIFIC)
 
     def synthesize(self, out: Path) -> None:
         from rao_core.envs.textcraft.small import make_small_tasks, write_small_tasks
@@ -121,6 +125,7 @@ class OolongData(Suite):
     the real oolong-real rows when oolong.real_path is set), the chunk-and-delegate expert."""
 
     profile = (REFERENCE_PROFILE, {"scoring": {"lam": 0.4}, "agent": {"max_depth": 2}})
+    reads = frozenset({"policy.error_rate"})
 
     def synthesize(self, out: Path) -> None:
         from rao_core.envs.oolong import synthesize
@@ -155,6 +160,7 @@ class DeepDiveData(Suite):
 
     files = ("settings.json", "graph.json", "pages.parquet", "train.parquet", "val.parquet")
     profile = (REFERENCE_PROFILE, {"agent": {"max_depth": 4}})
+    reads = frozenset({"policy.error_rate"})
 
     def synthesize(self, out: Path) -> None:
         from rao_core.envs.deepdive import synthesize

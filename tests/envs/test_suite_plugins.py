@@ -72,7 +72,7 @@ class EchoSuite(Suite):
     difficulties = ("small", "big")
     Args = Args
     profile = ({"rollout": {"split": "fit", "difficulty": ["small", "big"], "num_tasks": 2, "group_size": 2},
-                "eval": {"split": "holdout", "difficulty": ["big"]}},)
+                "eval": {"split": "holdout", "difficulty": ["big"], "num_tasks": 1}},)
     files = ("tasks.parquet",)
 
     def synthesize(self, out: Path) -> None:

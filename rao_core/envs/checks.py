@@ -1,0 +1,117 @@
+"""What `rao train --check` (and every run, before its first stage's work) can see of the suite
+that plain value checks cannot: whether it has the scripted expert a setting needs, whether its
+task rows carry the labels it declares and hold enough tasks for the draws, and which settings do
+nothing for it. Each refusal is one line naming the key (docs/own-task.md, "Checked before any work").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rao_core.envs.base import Suite
+
+# Settings read only by suites that say so (Suite.reads): a plugin suite's demonstrator may read
+# any warmstart.* field, so a suite names the ones it uses; the rest do nothing for it.
+SUITE_SPECIFIC = (
+    "warmstart.recursive_tiers",
+    "warmstart.flat_tiers",
+    "warmstart.error_rate",
+    "warmstart.give_up_rate",
+    "warmstart.root_inline_rate",
+    "policy.error_rate",
+)
+
+
+class RunCheckError(ValueError):
+    """A run that would fail later, refused now: one line naming the key."""
+
+
+def has_expert(cls: type[Suite]) -> bool:
+    """Does the suite write a scripted expert (its own `expert()` or `demonstrator()`)?"""
+    return cls.expert is not Suite.expert or cls.demonstrator is not Suite.demonstrator
+
+
+def check_expert(cls: type[Suite], cfg: Any) -> None:
+    """Settings that need the suite's scripted expert, or demonstrations that exist."""
+    name = cls.__name__
+    if cfg.policy.kind == "scripted" and cls.expert is Suite.expert:
+        raise RunCheckError(
+            f"policy.kind: 'scripted': {name} has no scripted expert (Suite.expert() returns None); "
+            "use a model (policy.kind=hf) or write expert() (docs/own-task.md)"
+        )
+    demos = cfg.warmstart.demonstrations
+    if demos and not Path(demos).exists():
+        raise RunCheckError(f"warmstart.demonstrations: {demos!r}: no such file or folder")
+    if cfg.policy.model == "warmstart" and not demos and not has_expert(cls):
+        raise RunCheckError(
+            f"policy.model: 'warmstart': {name} has no scripted expert to learn from; set "
+            "warmstart.demonstrations (a Parquet file or folder of trees) or write expert() (docs/own-task.md)"
+        )
+
+
+def unused_settings(cls: type[Suite], cfg: Any) -> list[str]:
+    """Warnings, one line each: suite-specific settings changed from their default that this
+    suite does not read (Suite.reads)."""
+    out = []
+    for key in SUITE_SPECIFIC:
+        section, name = key.split(".")
+        owner = getattr(cfg, section)
+        field = type(owner).__pydantic_fields__.get(name)
+        if key in cls.reads or field is None or getattr(owner, name) == field.get_default(call_default_factory=True):
+            continue
+        reads = ", ".join(k for k in SUITE_SPECIFIC if k in cls.reads) or "none of them"
+        out.append(
+            f"warning: {key}={getattr(owner, name)!r} does nothing for suite {cls.__name__}, which reads "
+            f"{reads} of the suite-specific settings (Suite.reads, docs/own-task.md)"
+        )
+    return out
+
+
+def check_tasks(suite: Suite, cfg: Any) -> None:
+    """The task rows carry only declared difficulties, and the draws have enough tasks: a round
+    of rollout.num_tasks from rollout.split, eval.num_tasks per difficulty from eval.split."""
+    name = type(suite).__name__
+    _, declared = type(suite).labels(suite.args)
+    for split in sorted({cfg.rollout.split, cfg.eval.split}):
+        tasks = suite.tasks(split)
+        bad = sorted({t.difficulty for t in tasks} - set(declared))
+        if bad:
+            raise RunCheckError(
+                f"suite {name}: {split} tasks have difficulty {bad[0]!r}, which {name} does not declare "
+                f"(Suite.difficulties: {', '.join(declared)})"
+            )
+    pool = [t for t in suite.tasks(cfg.rollout.split) if t.difficulty in cfg.rollout.difficulty]
+    if len(pool) < cfg.rollout.num_tasks:
+        raise RunCheckError(
+            f"rollout.num_tasks: {cfg.rollout.num_tasks}: more than the {len(pool)} {cfg.rollout.split} tasks of "
+            f"difficulty {', '.join(cfg.rollout.difficulty)} in suite {name}"
+        )
+    held_out = suite.tasks(cfg.eval.split)
+    for d in cfg.eval.difficulty:
+        have = sum(t.difficulty == d for t in held_out)
+        if have < cfg.eval.num_tasks:
+            raise RunCheckError(
+                f"eval.num_tasks: {cfg.eval.num_tasks}: more than the {have} {cfg.eval.split} tasks of difficulty "
+                f"{d!r} in suite {name} (it is per difficulty)"
+            )
+
+
+def check_run(cfg: Any, synthesize: bool = True) -> list[str]:
+    """Every check above for a configuration. The suite's tasks come from the run's data folder;
+    when it has none yet, `synthesize` writes them into a temporary folder (seconds for every
+    shipped suite) that is removed after (`--check`), else the synthesize stage checks them.
+    Returns the warnings; raises RunCheckError."""
+    import tempfile
+
+    from rao_core.envs.suites import make_suite, open_suite
+
+    suite = make_suite(cfg)
+    check_expert(type(suite), cfg)
+    run_data = cfg.layout.data(cfg.suite)
+    if all((run_data / f).is_file() for f in suite.files):
+        check_tasks(open_suite(cfg, run_data), cfg)
+    elif synthesize:
+        with tempfile.TemporaryDirectory(prefix="rao-check-") as tmp:
+            check_tasks(open_suite(cfg, Path(tmp)), cfg)
+    return unused_settings(type(suite), cfg)
