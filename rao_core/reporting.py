@@ -58,9 +58,18 @@ def train_line(cfg: RunConfig, round_: int) -> str:
         f"{cfg.run_name} round {round_} train: loss {m['loss']:.4f}, {m['tokens']} tokens "
         f"({m['action_tokens']} action), {m['steps']} steps, mean ratio {m['mean_ratio']:.4f}"
         + (f", KL to v0 {m['kl_to_reference']:.4f}" if "kl_to_reference" in m else "")
-        + f"{moved}, {m['seconds']:.1f} s"
+        + f"{moved}, {m['seconds']:.1f} s{_throughput(m)}"
     )
     return line + (f"\nWARNING: {m['warning']}" if "warning" in m else "")
+
+
+def _throughput(m: dict[str, Any]) -> str:
+    """', 1,234 tokens/s, 0.0123 TFLOP/s (MFU 31.0%)': model FLOPs, MFU only on a GPU of the table
+    (rao_core/train/flops.py); nothing for a checkpoint written before these metrics existed."""
+    if "tflops" not in m:
+        return ""
+    mfu = f" (MFU {m['mfu']:.1%})" if "mfu" in m else ""
+    return f", {m['tokens_per_s']:,.0f} tokens/s, {m['tflops']:.3g} TFLOP/s{mfu}"
 
 
 def eval_line(cfg: RunConfig, version: int, summary: dict[str, Any]) -> str:

@@ -206,6 +206,12 @@ class TrainConfig:
     )
     bf16: StrictBool | None = opt(None, "bf16 autocast over fp32 weights; null = on CUDA only")
     gradient_checkpointing: StrictBool = opt(False, "recompute activations in backward (long contexts)")
+    fused_adamw: StrictBool | None = opt(
+        None,
+        "AdamW's fused kernel (torch fused=True), the same update up to rounding; null = on CUDA only "
+        "(the CPU keeps the plain one, bit for bit)",
+        resume="free",
+    )
     lora: StrictBool = opt(
         False,
         "train a LoRA adapter over the frozen version-0 model (needs the lora extra: peft); the "

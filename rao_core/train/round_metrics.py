@@ -1,13 +1,16 @@
-"""The numbers a training round reports (metrics.json): loss, ratios, KL, sampler mismatch.
+"""The numbers a training round reports (metrics.json): loss, ratios, KL, sampler mismatch, throughput.
 
 Summed over every process of a launched round, so rank 0 reports the whole round."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from rao_core.train.flops import throughput
 
 if TYPE_CHECKING:
     from rao_core.train.trainer import RAOTrainer
@@ -21,8 +24,12 @@ def _sum_over_ranks(trainer: RAOTrainer, values: list[float]) -> list[float]:
     return acc.reduce(torch.tensor(values, dtype=torch.float64, device=acc.device), reduction="sum").tolist()
 
 
-def round_metrics(trainer: RAOTrainer, plan: list, tokens: int, seconds: float) -> dict[str, Any]:
-    """Loss, ratio and mismatch statistics of the round, summed over every process."""
+def round_metrics(
+    trainer: RAOTrainer, plan: list, lengths: Sequence[int], seconds: float, flops: float
+) -> dict[str, Any]:
+    """Loss, ratio and mismatch statistics of the round, summed over every process, and its
+    throughput: `lengths` are the rows' lengths by index, `flops` the round's model FLOPs (flops.py).
+    `padded_tokens` is what the micro-batches computed on (rows x longest row each)."""
     grad_norms = [h["grad_norm"] for h in trainer.state.log_history if "grad_norm" in h]
     keys = (
         "tokens", "ratio_sum", "ratio_sq_sum", "clipped", "logp_sum", "first_tokens", "first_diff_sum", "kl_sum"
@@ -32,6 +39,7 @@ def round_metrics(trainer: RAOTrainer, plan: list, tokens: int, seconds: float) 
     world_size = trainer.accelerator.num_processes
     step_losses = [x / world_size for x in totals[len(keys) :]]  # each rank's loss is its share x W
     n = max(s["tokens"], 1.0)
+    tokens = sum(lengths[i] for step in plan for mb in step for i in mb)
     return {
         "steps": len(plan),
         "microbatches": sum(len(step) for step in plan),
@@ -44,6 +52,8 @@ def round_metrics(trainer: RAOTrainer, plan: list, tokens: int, seconds: float) 
         "action_tokens": int(s["tokens"]),
         "seconds": seconds,
         "tokens_per_s": tokens / seconds,
+        "padded_tokens": sum(len(mb) * max(lengths[i] for i in mb) for step in plan for mb in step),
+        **throughput(flops, seconds, trainer.accelerator.device, world_size),
         "mean_ratio": s["ratio_sum"] / n,
         "ratio_std": math.sqrt(max(0.0, s["ratio_sq_sum"] / n - (s["ratio_sum"] / n) ** 2)),
         **sampler_mismatch(trainer.first_step_diffs, s["first_diff_sum"], s["first_tokens"]),

@@ -38,6 +38,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
 from rao_core.config import TrainConfig
+from rao_core.train.flops import flop_shape, train_flops
 from rao_core.train.round_metrics import round_metrics
 from rao_core.train.samples import Row, collate, logprob_temperature, plan_steps
 from rao_core.versions import require_tested
@@ -63,6 +64,16 @@ def resolve_device(cfg: TrainConfig) -> str:
     if cfg.device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return cfg.device
+
+
+def adamw_name(cfg: TrainConfig, device: str) -> str:
+    """TRL's optimizer: AdamW's fused kernel on CUDA, the plain one elsewhere (the CPU round stays
+    bit for bit what it was); `train.fused_adamw` overrides. The fused step updates in place, the
+    same update up to rounding, where the plain (foreach) step allocates two full-size temporaries
+    one after the other: 4 B/param on top of the 16 of master weights, gradients and moments, at
+    the training peak (docs/training.md, "Throughput")."""
+    fused = device == "cuda" if cfg.fused_adamw is None else cfg.fused_adamw
+    return "adamw_torch_fused" if fused else "adamw_torch"
 
 
 def lora_config(cfg: TrainConfig) -> Any:
@@ -107,7 +118,7 @@ def grpo_args(
         max_grad_norm=cfg.max_grad_norm,
         lr_scheduler_type="constant",
         warmup_steps=0,
-        optim="adamw_torch",
+        optim=adamw_name(cfg, device),
         bf16=bf16,
         fp16=False,
         use_cpu=device == "cpu",
@@ -394,6 +405,7 @@ def train_rows(
     temperature = logprob_temperature(rows)
     args = grpo_args(cfg, work_dir, accum, max_completion, temperature)
     peft_config = lora_config(cfg) if cfg.lora and not is_peft_model(model) else None
+    shape = flop_shape(model)  # before the trainer wraps (or shards) it
     trainer = RAOTrainer(
         model,
         args,
@@ -413,8 +425,9 @@ def train_rows(
     trainer.train()
     seconds = time.perf_counter() - t0
     used = sorted({i for step in plan for mb in step for i in mb})
+    flops = train_flops(shape, (rows[i].length for i in used), frozen=cfg.lora, reference=bool(cfg.beta))
     metrics.update(
-        **round_metrics(trainer, plan, sum(rows[i].length for i in used), seconds),
+        **round_metrics(trainer, plan, [r.length for r in rows], seconds, flops),
         trained_samples=len(used),
         grad_accum=accum,
         loss_type=cfg.loss_type,
