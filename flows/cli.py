@@ -84,16 +84,18 @@ def _print_campaign(cfg) -> None:
     from rich.table import Table
 
     from rao_core import reporting
+    from rao_core.envs.suites import difficulty_order
 
     summary = reporting.campaign_summary(cfg)
-    difficulties = sorted({d for v in summary.values() for d in v if d != "all"})
+    seen = {d for v in summary.values() for d in v if d != "all"}
+    difficulties = [d for d in difficulty_order(cfg) if d in seen] + sorted(seen - set(difficulty_order(cfg)))
     table = Table(title=f"held-out success: {cfg.run_dir}")
     for col in ("policy", *difficulties, "all"):
         table.add_column(col, justify="right")
     for version, row in summary.items():
         table.add_row(version, *(f"{row.get(d, float('nan')):.3f}" for d in (*difficulties, "all")))
     Console().print(table)
-    for line in reporting.gain_lines(cfg):
+    for line in reporting.gain_lines(cfg) + reporting.signal_lines(cfg):
         print(line)
 
 
@@ -164,8 +166,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg, overrides = branched, [*overrides, f"run_name={args.branch}"]
     from flows.training import train_flow
 
-    train_flow(config=args.config, overrides=overrides)
+    result = train_flow(config=args.config, overrides=overrides)
     _print_campaign(cfg)
+    if result.get("stopped"):
+        print(f"WARNING: {result['stopped']}", file=sys.stderr)
+        return 1
     return 0
 
 

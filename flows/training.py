@@ -103,9 +103,12 @@ def evaluate(cfg: RunConfig, version: int) -> dict:
 
 
 def run_round(cfg: RunConfig, round_: int) -> dict:
-    """One round: rollout (v_r) -> score -> train (v_r+1) -> evaluate (v_r+1) -> report."""
+    """One round: rollout (v_r) -> score -> train (v_r+1) -> evaluate (v_r+1) -> report. A
+    campaign whose v0 solves nothing and whose round 0 has no spread stops there (CampaignStopped)."""
     rollout(cfg, round_)
     stages.score(cfg, round_)
+    if round_ == 0 and (why := campaign.hopeless_start(cfg)):
+        raise campaign.CampaignStopped(why)
     stages.train(cfg, round_)
     evaluate(cfg, round_ + 1)
     return stages.report(cfg, round_)
@@ -120,21 +123,30 @@ def train_flow(config: str | None = None, overrides: list[str] | None = None) ->
     with writing(arms, "rao train"):
         for arm in arms:
             stages.synthesize(arm)
-        _rounds(cfg, arms)
+        stopped = _rounds(cfg, arms)
+    if stopped:
+        stages.log_lines(f"WARNING: {stopped}")
+        return {**reporting.campaign_summary(cfg), "stopped": stopped}
     return reporting.campaign_summary(cfg)
 
 
-def _rounds(cfg: RunConfig, arms: list[RunConfig]) -> None:
-    """Warm start and v0 of every arm, then the rounds, the arms interleaved."""
+def _rounds(cfg: RunConfig, arms: list[RunConfig]) -> str | None:
+    """Warm start and v0 of every arm, then the rounds, the arms interleaved. Returns why the
+    campaign stopped early, if it did."""
     # MLflow: RUNNING, then FINISHED / FAILED / KILLED; a vLLM server lives as long as the campaign
     with tracking.campaign_status(arms), campaign.engines(cfg), ray_session(cfg):
         for arm in arms:
             stages.warm_start(arm)
             stages.log_baseline(arm, evaluate(arm, 0))
         for r in range(cfg.campaign.rounds):
-            for arm in arms:  # interleaved, so both learning curves grow side by side
-                run_round(arm, r)
+            try:
+                for arm in arms:  # interleaved, so both learning curves grow side by side
+                    run_round(arm, r)
+            except campaign.CampaignStopped as e:
+                stages.campaign_report(cfg)
+                return str(e)
             stages.campaign_report(cfg)
+    return None
 
 
 @flow(name="rao-round", log_prints=True)

@@ -178,3 +178,32 @@ def prepare(cfg: RunConfig) -> dict[str, Any]:
         changes = json.dumps({k: list(v) for k, v in diff.items()}, default=str)
         tracking.set_tag(cfg, tracking.campaign_run_id(cfg), f"config_change.round_{first}", changes)
     return diff
+
+
+class CampaignStopped(RuntimeError):
+    """The campaign stopped early, for the reason in the message (not a failure of any stage)."""
+
+
+def hopeless_start(cfg: RunConfig) -> str | None:
+    """After round 0 is scored: when v0 solved no held-out task and no group of round 0 has spread,
+    RL has no signal to learn from and more rounds would spend hours doing nothing. Returns what
+    to try instead, or None (also with scoring.zero_advantage_groups=keep: train them anyway)."""
+    from rao_core.eval.evaluate import summarize_eval
+    from rao_core.scoring import no_signal, scores_summary
+
+    run = cfg.layout
+    if cfg.scoring.zero_advantage_groups == "keep":  # asked to train such groups anyway
+        return None
+    if not (run.complete(run.eval(0)) and run.complete(run.scores(0))):
+        return None
+    v0 = summarize_eval(run.eval(0)).get("all", {}).get("success")
+    why = no_signal(scores_summary(cfg.run_dir, 0)["groups"])
+    if v0 != 0 or why is None:
+        return None
+    return (
+        f"{cfg.run_name}: stopped after round 0: v0 solves 0% of the held-out tasks and {why}, so RL has "
+        "nothing to learn from. Try: a warm start (policy.model=warmstart, from the suite's expert or "
+        "warmstart.demonstrations), easier tasks (rollout.difficulty), more trees per task "
+        "(rollout.group_size) or a higher policy.temperature, and budgets that fit the task "
+        "(agent.max_new_tokens, agent.max_steps: docs/own-task.md, 'Sizing your task')"
+    )

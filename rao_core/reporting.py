@@ -26,26 +26,62 @@ def rollout_line(cfg: RunConfig, round_: int) -> str:
     return (
         f"{cfg.run_name} round {round_} rollout: {s['trees']} trees, {s['nodes']} nodes, root success "
         f"{s['root_success']:.3f}, max depth {s['max_depth']}, infrastructure failures "
-        f"{s['infra_failed_trees']} trees ({s['infra_failed_nodes']} nodes), {seconds:.1f} s"
+        f"{s['infra_failed_trees']} trees ({s['infra_failed_nodes']} nodes"
+        + (
+            f", {s['scorer_failed_nodes']} of them scored outside [0, 1] or raising"
+            if s["scorer_failed_nodes"]
+            else ""
+        )
+        + f"), {seconds:.1f} s"
     )
 
 
 def score_line(cfg: RunConfig, round_: int) -> str:
-    from rao_core.scoring import scores_summary
+    """The round's scoring, and a WARNING line when no group has spread (nothing to train on)."""
+    from rao_core.scoring import no_signal, scores_summary
 
     s = scores_summary(cfg.run_dir, round_)
     drops = ", ".join(f"{k} {v}" for k, v in sorted(s["dropped_trees"].items())) or "none"
-    return (
+    g = s["groups"]
+    line = (
         f"{cfg.run_name} round {round_} score: {s['trained_nodes']} of {s['nodes']} nodes trained, "
-        f"{s['trees']} trees; dropped trees by reason: {drops}"
+        f"{s['trees']} trees, {g['spread']} of {g['groups']} groups with spread; dropped trees by reason: {drops}"
     )
+    why = no_signal(g)
+    return line + (f"\nWARNING: {cfg.run_name} round {round_} trains nothing: {why}" if why else "")
+
+
+def signal_lines(cfg: RunConfig) -> list[str]:
+    """Under the final table: the groups with spread per round (what RL learns from), and how many
+    rounds trained nothing, and why."""
+    from rao_core.scoring import no_signal, scores_summary
+
+    run, spread, idle = cfg.layout, [], []
+    r = 0
+    while run.complete(run.scores(r)):
+        g = scores_summary(cfg.run_dir, r)["groups"]
+        spread.append(f"r{r} {g['spread']}/{g['groups']}")
+        metrics = run.checkpoint(r + 1) / METRICS
+        skipped = json.loads(metrics.read_text()).get("skipped") if metrics.is_file() else None
+        if (why := no_signal(g) or skipped) is not None:
+            idle.append(f"round {r}: {why}")
+        r += 1
+    if not spread:
+        return []
+    lines = [f"{cfg.run_name}: groups with spread (what RL learns from), per round: {', '.join(spread)}"]
+    if idle:
+        lines.append(
+            f"WARNING: {cfg.run_name}: {len(idle)} of {r} rounds trained nothing ({'; '.join(idle)})"
+        )
+    return lines
 
 
 def train_line(cfg: RunConfig, round_: int) -> str:
     m = json.loads((cfg.layout.checkpoint(round_ + 1) / METRICS).read_text())
     if "skipped" in m:
         return (
-            f"{cfg.run_name} round {round_} train: skipped ({m['skipped']}), version {round_ + 1} = {round_}"
+            f"WARNING: {cfg.run_name} round {round_} train: skipped ({m['skipped']}), version {round_ + 1} "
+            f"= {round_}: this round taught the policy nothing"
         )
     moved = ""
     if "served_changed" in m:  # how much of the update reached the weights the engines serve

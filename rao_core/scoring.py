@@ -115,6 +115,7 @@ def scores_summary(run_dir: str | Path, round: int) -> dict[str, Any]:
         totals = run_sql(con, "summary_totals").fetchall()[0]
         drops = run_sql(con, "summary_drops").fetchall()
         depths = run_sql(con, "summary_depths").fetchall()
+        groups = run_sql(con, "summary_groups").fetchall()[0]
     nodes, trained, trees, mean_reward, mean_adv, mean_root_reward = totals
     return {
         "round": round,
@@ -127,4 +128,17 @@ def scores_summary(run_dir: str | Path, round: int) -> dict[str, Any]:
         "mean_advantage_trained": mean_adv,
         "n_d": {d: n for d, n, _ in depths},
         "w_d": {d: w for d, _, w in depths},
+        "groups": dict(zip(GROUP_KINDS, groups, strict=True)),
     }
+
+
+# The columns of sql/summary_groups.sql: the round's groups by what RL can learn from them.
+GROUP_KINDS = ("groups", "spread", "all_failed", "all_succeeded", "no_spread", "no_valid")
+
+
+def no_signal(groups: dict[str, int]) -> str | None:
+    """Why a round's groups give RL nothing to learn from, or None when some group has spread."""
+    if groups["spread"]:
+        return None
+    why = [f"{groups[k]} {k.replace('_', ' ')}" for k in GROUP_KINDS[2:] if groups[k]]
+    return f"no group of {groups['groups']} has spread ({', '.join(why) or 'no groups'})"

@@ -15,6 +15,13 @@ from tasks import artifacts
 STAGE = {"cache_policy": NO_CACHE, "retries": 1, "retry_delay_seconds": 2}
 
 
+def log_lines(text: str) -> None:
+    """A stage's summary into the flow run's log: lines that start with WARNING at warning level."""
+    logger = get_run_logger()
+    for line in text.splitlines():
+        (logger.warning if line.startswith("WARNING") else logger.info)(line)
+
+
 @task(name="synthesize", **STAGE)
 def synthesize(cfg: RunConfig) -> str:
     from rao_core.envs.checks import check_tasks
@@ -66,14 +73,14 @@ def evaluate_shard(cfg: RunConfig, version: int, shard: int) -> str:
 @task(name="score", **STAGE)
 def score(cfg: RunConfig, round_: int) -> str:
     path = campaign.stage_score(cfg, round_)
-    get_run_logger().info(reporting.score_line(cfg, round_))
+    log_lines(reporting.score_line(cfg, round_))
     return str(path)
 
 
 @task(name="train", log_prints=False, **STAGE)  # dill (datasets) prints `dis` output
 def train(cfg: RunConfig, round_: int) -> str:
     campaign.stage_train(cfg, round_)
-    get_run_logger().info(reporting.train_line(cfg, round_))
+    log_lines(reporting.train_line(cfg, round_))
     return str(cfg.layout.checkpoint(round_ + 1))
 
 
@@ -104,8 +111,7 @@ def campaign_report(cfg: RunConfig) -> list[str]:
             key=artifacts.artifact_key(cfg, "learning-curves"),
             markdown="# Learning curves\n\n" + files["curves"].read_text(),
         )
-    for line in reporting.gain_lines(cfg):
-        get_run_logger().info(line)
+    log_lines("\n".join(reporting.gain_lines(cfg) + reporting.signal_lines(cfg)))
     return [str(p) for p in files.values()]
 
 

@@ -130,7 +130,7 @@ def test_train_flow_end_to_end(prefect_server, tmp_path):
     for pattern in (
         r"round 1 rollout: 4 trees, \d+ nodes, root success [\d.]+, max depth \d+, "
         r"infrastructure failures 0 trees \(0 nodes\), [\d.]+ s",
-        r"round 1 score: \d+ of \d+ nodes trained, 4 trees; dropped trees by reason: ",
+        r"round 1 score: \d+ of \d+ nodes trained, 4 trees, \d+ of \d+ groups with spread; dropped trees by reason: ",
         r"round 1 train: loss -?[\d.]+, \d+ tokens \(\d+ action\), \d+ steps, mean ratio [\d.]+, "
         r"served weights changed [\d.]+%, [\d.]+% since v0 \(float32\), update/weight RMS [\d.e+-]+, [\d.]+ s",
         r"v2 held-out success: easy [\d.]+, all [\d.]+",
@@ -142,6 +142,24 @@ def test_train_flow_end_to_end(prefect_server, tmp_path):
     assert train_flow(overrides=ov) == summary
     assert (cfg.run_dir / "rollouts" / "round=1" / "nodes.parquet").stat().st_mtime_ns == stamp
     assert len(mlflow_runs(cfg)[1]) == 3
+
+
+def test_a_campaign_with_no_signal_stops_after_round_0(prefect_server, tmp_path, capsys):
+    """The untrained model solves nothing: v0 at 0% and round 0 without spread end the campaign
+    there, with a WARNING that says what to try, a non-zero exit, and the rounds' signal under the
+    table; MLflow records the campaign FINISHED, not FAILED."""
+    from flows.cli import main
+
+    ov = overrides(tmp_path, "scoring.zero_advantage_groups=skip", "campaign.rounds=3")
+    rc = main(["train", *(a for o in ov for a in ("--set", o))])
+    out, err = capsys.readouterr()
+    cfg = load_config(overrides=ov)
+    assert rc == 1 and "stopped after round 0: v0 solves 0% of the held-out tasks" in err
+    assert "Try: a warm start" in err and not cfg.layout.checkpoint_complete(1)
+    assert "groups with spread (what RL learns from), per round: r0 0/2" in out
+    assert "1 of 1 rounds trained nothing (round 0: no group of 2 has spread (2 all failed))" in out
+    _, runs = mlflow_runs(cfg)
+    assert [r.info.status for r in runs if "mlflow.parentRunId" not in r.data.tags] == ["FINISHED"]
 
 
 def test_control_arm_trains_beside_the_main_arm(prefect_server, tmp_path):
