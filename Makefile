@@ -13,7 +13,7 @@ export PREFECT_HOME := $(CURDIR)/.prefect
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 
-.PHONY: install vllm run test test-quick lint format bench clean
+.PHONY: install vllm run test test-quick lint format bench clean lock wheelhouse install-offline
 
 install: $(STAMP)
 
@@ -62,3 +62,30 @@ bench: install          ## benchmarks: print figures and ratios against a baseli
 
 clean:
 	rm -rf .venv .venv-vllm runs .prefect .pytest_cache
+
+# A GPU machine without package registries (docs/gpu.md). On a connected machine: `make wheelhouse`
+# downloads every pinned wheel for the target Python and platform into $(WHEELHOUSE); carried there,
+# `make install-offline` installs from it with --no-index (KEEP=torch,transformers or KEEP=all keeps
+# what that machine's Python already has). scripts/offline_install.py holds the logic.
+WHEELHOUSE      ?= wheelhouse
+PYTHON_VERSION  ?=
+PLATFORM        ?= manylinux_2_28_x86_64
+WHEELHOUSE_SKIP ?=
+HAVE            ?=
+TORCH_INDEX     ?=
+WHEELHOUSE_LZMA ?=
+PYTHON          ?= python3
+VENV            ?= .venv
+KEEP            ?=
+
+lock: install           ## requirements/lock.txt: every distribution .venv holds (pip freeze), but the project
+	$(PY) scripts/offline_install.py lock
+
+wheelhouse: install     ## the lock's wheels for PYTHON_VERSION and PLATFORM, less WHEELHOUSE_SKIP and HAVE
+	$(PY) scripts/offline_install.py wheelhouse --dir "$(WHEELHOUSE)" --python-version "$(PYTHON_VERSION)" \
+	  --platform "$(PLATFORM)" --skip "$(WHEELHOUSE_SKIP)" --have "$(HAVE)" --torch-index "$(TORCH_INDEX)" \
+	  $(if $(WHEELHOUSE_LZMA),--lzma)
+
+install-offline:        ## $(VENV) from $(WHEELHOUSE) alone, made by $(PYTHON) (KEEP=names or all: keep its packages)
+	$(PYTHON) scripts/offline_install.py install --dir "$(WHEELHOUSE)" --venv "$(VENV)" --keep "$(KEEP)"
+	touch "$(VENV)/.installed"

@@ -1,0 +1,62 @@
+"""scripts/gpu_check.sh: its dry run on this CPU (what CI runs), and its one-line refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "gpu_check.sh"
+
+
+def check(*args: str, **env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PY": sys.executable, **env}
+    return subprocess.run(
+        ["bash", SCRIPT, *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600
+    )
+
+
+def test_a_bad_argument_or_a_python_without_the_project_is_refused_in_one_line(tmp_path):
+    out = check("--gpu", OUT=str(tmp_path / "out"))
+    assert out.returncode == 2 and out.stdout.strip() == "usage: bash scripts/gpu_check.sh [--dry-run]"
+    out = check("--dry-run", PY="/usr/bin/false", OUT=str(tmp_path / "out"))
+    assert out.returncode == 2 and "cannot import rao_core" in out.stdout
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "mine").mkdir()
+    out = check("--dry-run", OUT=str(tmp_path / "mine"))  # a folder the check did not write is kept
+    assert (
+        out.returncode == 2
+        and "is not an earlier check's folder" in out.stdout
+        and (tmp_path / "mine").is_dir()
+    )
+
+
+@pytest.mark.slow
+def test_the_dry_run_runs_every_part_on_the_cpu_within_its_budget(tmp_path):
+    out_dir = tmp_path / "gpu-check"
+    start = time.monotonic()
+    out = check("--dry-run", OUT=str(out_dir))
+    seconds = time.monotonic() - start
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    result = json.loads((out_dir / "results.json").read_text())
+    parts = result["parts"]
+    assert result["mode"] == "dry-run" and seconds < 300 + 60, seconds  # the budget, and the summary after it
+    assert list(parts) == ["env", "pytest-gpu", "rao-train", "real-size", "rollout-bench", "decode-bench"]
+    for name, part in parts.items():
+        honest_skip = name == "decode-bench" and part.get("why") == "bench/decode_bench.py does not exist"
+        assert part["verdict"] == "ok" or honest_skip, (name, part, (out_dir / "logs" / f"{name}.log").read_text()[-2000:])  # fmt: skip
+    assert parts["env"]["figures"]["cuda_available"] is False
+    assert "textcraft" in parts["env"]["figures"]["rao_suites"]
+    assert parts["pytest-gpu"]["figures"].get("failed", 0) == 0  # no CUDA here: the gpu tier is skipped
+    train = parts["rao-train"]["figures"]["versions"]["version=1"]
+    assert train["tokens"] > 0 and train["served_dtype"] == "bfloat16" and train["lr"] == 3e-6
+    real = parts["real-size"]["figures"]["real_size_tiny"]
+    assert real["rollout"]["trees"] == 2 and real["rollout"]["sampled_tokens_per_s"] > 0
+    assert real["train"]["tokens"] > 0 and real["plan_vs_measured_gib"]["train"]["plan"] > 0
+    assert any(line.startswith("(a) rollout:") for line in parts["rollout-bench"]["figures"]["lines"])
