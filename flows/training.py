@@ -26,10 +26,14 @@ def _config(config: str | None, overrides: list[str] | None) -> RunConfig:
 
 @contextlib.contextmanager
 def writing(cfgs: list[RunConfig], command: str):
-    """One writer per run folder (rao_core/runlock.py): every arm's folder, for the flow's life."""
+    """One writer per run folder (rao_core/runlock.py): every arm's folder, for the flow's life. A
+    flow whose folder another run writes (a scheduled round, a run started from the UI) waits for
+    it, with a line in its log, rather than failing: the folder is the queue."""
+    from prefect import get_run_logger
+
     with contextlib.ExitStack() as stack:
         for cfg in cfgs:
-            stack.enter_context(runlock.writing(cfg.run_dir, command))
+            stack.enter_context(runlock.writing(cfg.run_dir, command, wait=get_run_logger().info))
         yield
 
 

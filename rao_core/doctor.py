@@ -97,7 +97,7 @@ def checks(cfg: RunConfig) -> list[Check]:
         _package("transformers", "transformers"),
         _package("TRL", "trl"),
         _package("Prefect", "prefect"),
-        _package("MLflow", "mlflow"),
+        _package("MLflow", "mlflow", needed=cfg.tracking.enabled),
         _package("DuckDB", "duckdb"),
         _package("Ray (rollout.runner=ray)", "ray", cfg.rollout.runner == "ray"),
         _vllm(cfg),

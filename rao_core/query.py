@@ -107,16 +107,28 @@ def format_table(columns: list[str], rows: list[tuple], max_rows: int = 50, cell
     return out.getvalue() + f"({len(rows)} row{'s' if len(rows) != 1 else ''}{more})\n"
 
 
+def read_query_file(file: str) -> str:
+    """A query file: a path from here, else one of the shipped queries, named as in the repository
+    (`sql/reports/reward_curve.sql`) or under sql/ (`reports/reward_curve`), from any folder."""
+    from rao_core.store.sqlfiles import SQL_DIR
+
+    here = Path(file)
+    shipped = SQL_DIR / Path(file.removeprefix("sql/"))
+    for path in (here, shipped, shipped.with_suffix(".sql")):
+        if path.is_file():
+            return path.read_text()
+    raise QueryError(
+        f"cannot read {file}: no such file here, nor a shipped query of that name under {SQL_DIR}"
+    )
+
+
 def sql_main(run_dir: str, query: str | None, file: str | None, max_rows: int) -> int:
     """`rao sql`: print the result of a query (text or --file); 0 on success, 2 on any refusal or error."""
     try:
         if (query is None) == (file is None):
             raise QueryError("give either a query or --file, not both")
         if file is not None:
-            try:
-                query = Path(file).read_text()
-            except OSError as e:
-                raise QueryError(f"cannot read {file}: {e.strerror}") from None
+            query = read_query_file(file)
         columns, rows = run_query(run_dir, query)
     except QueryError as e:
         print(f"error: {e}", file=sys.stderr)

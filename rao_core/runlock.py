@@ -15,7 +15,7 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -53,9 +53,13 @@ def describe(record: dict[str, Any]) -> str:
 
 
 @contextlib.contextmanager
-def writing(run_dir: Path, command: str) -> Iterator[None]:
-    """Hold the run's lock while the block runs; RunBusy (one line) if another process holds it.
-    Re-entrant within a process (a flow that calls another flow on the same run)."""
+def writing(
+    run_dir: Path, command: str, wait: Callable[[str], None] | None = None, poll_s: float = 1.0
+) -> Iterator[None]:
+    """Hold the run's lock while the block runs. If another process holds it: RunBusy (one line),
+    or with `wait`, tell `wait` once who holds it and take the lock when it is released (every
+    writer of a folder queues behind the others, whatever started it: a schedule, the UI, a
+    shell). Re-entrant within a process (a flow that calls another flow on the same run)."""
     key = Path(run_dir).resolve()
     if key in _HELD:
         yield
@@ -63,14 +67,25 @@ def writing(run_dir: Path, command: str) -> Iterator[None]:
     layout = RunLayout(key)
     key.mkdir(parents=True, exist_ok=True)
     f = open(layout.lock, "a+")  # noqa: SIM115 (held open for the block's life)
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        text = f.read()
-        f.close()
-        other = json.loads(text) if text.strip() else {"pid": "?", "command": "?", "stage": "?"}
-        raise RunBusy(f"{key} is being written by {describe(other)}; wait for it to end") from None
+    told = False
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            f.seek(0)
+            text = f.read()
+            other = json.loads(text) if text.strip() else {"pid": "?", "command": "?", "stage": "?"}
+            busy = f"{key} is being written by {describe(other)}"
+            if wait is None:
+                f.close()
+                raise RunBusy(f"{busy}; wait for it to end") from None
+            if not told:
+                wait(f"{busy}; waiting for it to end (the folder's writers queue)")
+                told = True
+            time.sleep(poll_s)
+    if told:
+        wait(f"{key} is free: {command} starts")
     record = {"pid": os.getpid(), "command": command, "stage": "starting", "since": time.time()}
     _HELD[key] = (f, record)
     _write(f, record)

@@ -31,11 +31,12 @@ def synthesize(cfg: RunConfig) -> str:
     if diff:
         get_run_logger().info(reporting.config_change_line(cfg, diff))
     suite = open_suite(cfg)
-    check_tasks(suite, cfg)  # labels and counts of what was just written, before any rollout
+    for line in check_tasks(suite, cfg, strict=False):  # labels and counts, before any rollout
+        log_lines(line.replace("warning:", "WARNING:", 1))
     return str(suite.dir)
 
 
-@task(name="warm-start", **STAGE)
+@task(name="warm-start", log_prints=False, **STAGE)  # dill (datasets) prints `dis` output
 def warm_start(cfg: RunConfig) -> str:
     return str(campaign.stage_warm_start(cfg))
 

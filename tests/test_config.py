@@ -157,3 +157,33 @@ def test_replace_cannot_make_a_bad_config():
     cfg = load_config()
     with pytest.raises(ValidationError):
         dataclasses.replace(cfg.rollout, max_concurrent_trees=0)
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "value"),
+    [
+        ("warmstart.eval_difficulties", "hard,medium", ["hard", "medium"]),
+        ("warmstart.eval_difficulties", "hard", ["hard"]),
+        ("warmstart.recursive_tiers", "2,3", [2, 3]),
+        ("warmstart.flat_tiers", "1", [1]),
+        ("train.betas", "0.9,0.99", [0.9, 0.99]),
+        ("train.lora_targets", "q_proj,v_proj", ["q_proj", "v_proj"]),
+        ("eval.difficulty", "hard,medium", ["hard", "medium"]),
+    ],
+)
+def test_every_list_setting_takes_a_comma_list(key, text, value):
+    """docs/cli.md: `--set key=a,b` sets a list, for every list setting."""
+    section, name = key.split(".")
+    assert getattr(getattr(load_config(overrides=[f"{key}={text}"]), section), name) == value
+    if "tiers" in key or "betas" in key:  # the entries are still checked
+        with pytest.raises(ConfigError, match=key):
+            load_config(overrides=[f"{key}=a,7"])
+
+
+def test_explain_shows_the_engines_default_kind_and_the_active_suites_arguments():
+    from rao_core.config.explain import explain
+    from rao_core.envs.registry import suite_class
+
+    assert explain("policy.kind").startswith("policy.kind = 'hf'  (one of scripted, hf, vllm, openai;")
+    args = explain("suite_args", suite_class("examples.filecount.suite:FileCount").Args)
+    assert "suite_args.tasks_per_difficulty = 200  (int >= 1;" in args and "suite_args.seed = 0" in args

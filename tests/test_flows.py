@@ -6,6 +6,7 @@ checkpoints, metrics, artifacts, resume), not learning, which the main job shows
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -350,7 +351,10 @@ def test_a_warm_start_trained_inside_the_run(prefect_server, tmp_path):
         "scoring.zero_advantage_groups=keep", "scoring.single_tree_groups=zero_baseline",
     ]  # fmt: skip
     cfg = load_config(overrides=ov)
-    assert set(train_flow(overrides=ov)) == {"v0", "v1"}
+    state = train_flow(overrides=ov, return_state=True)
+    assert set(state.result()) == {"v0", "v1"}
+    logs = asyncio.run(flow_run_logs(state.state_details.flow_run_id))
+    assert not [line for line in logs if "LOAD_" in line or "RETURN_VALUE" in line]  # no bytecode dumps
     v0 = cfg.run_dir / "checkpoints" / "warmstart" / "model"
     assert campaign.initial_model(cfg) == v0 and cfg.layout.warmstart_complete()
     metrics = (cfg.run_dir / "checkpoints" / "warmstart" / "metrics.json").read_text()

@@ -58,6 +58,56 @@ def test_a_second_writer_is_refused_naming_the_holder(tmp_path):
     assert runlock.holder(run) is None
 
 
+HOLD_BRIEFLY = (
+    HOLD.replace("time.sleep(120)", "time.sleep(float(sys.argv[2]))") + 'print("released", flush=True)\n'
+)
+
+
+def test_a_writer_that_waits_queues_behind_the_holder(tmp_path):
+    """With `wait`, a second writer says once who holds the folder, then takes it when it is free."""
+    run = tmp_path / "r"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_BRIEFLY, str(run), "3"], stdout=subprocess.PIPE, text=True
+    )
+    said: list[str] = []
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with runlock.writing(run, "rao round", wait=said.append, poll_s=0.1):
+            assert holder.stdout.readline().strip() == "released"  # it ran only after the holder let go
+            assert runlock.holder(run)["command"] == "rao round"
+    finally:
+        holder.kill()
+        holder.wait()
+    assert len(said) == 2 and f"is being written by pid {holder.pid} (rao round)" in said[0]
+    assert "waiting for it to end" in said[0] and said[1].endswith("is free: rao round starts")
+
+
+@pytest.mark.slow
+def test_flows_queue_on_the_run_folder(tmp_path):
+    """A flow started while another process writes its folder (a deployment triggered from the UI
+    during a scheduled round) waits, with a line in its log, and then completes: no RunBusy."""
+    import asyncio
+
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.training import synthesize_flow
+    from tests.test_flows import flow_run_logs
+
+    hold = [sys.executable, "-c", HOLD_BRIEFLY, str(tmp_path / "default"), "4"]
+    with prefect_test_harness(server_startup_timeout=120):
+        holder = subprocess.Popen(hold, stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline().strip() == "held"
+            state = synthesize_flow(overrides=[f"runs_dir={tmp_path}", *TOY], return_state=True)
+            assert state.is_completed() and holder.stdout.readline().strip() == "released"
+            logs = asyncio.run(flow_run_logs(state.state_details.flow_run_id))
+        finally:
+            holder.kill()
+            holder.wait()
+    assert any("waiting for it to end" in line for line in logs), logs
+    assert any("is free: rao synth starts" in line for line in logs), logs
+
+
 @pytest.mark.slow
 def test_two_rounds_at_once(tmp_path):
     """An hourly `rao round` whose round outlasts the hour: the second is refused at once, in one

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic.fields import FieldInfo
 
-from rao_core.config.policy import ENGINES
+from rao_core.config.policy import ENGINES, PolicyConfig
 from rao_core.config.sections import RunConfig
 
 
@@ -26,18 +26,23 @@ class Key:
         return (self.info.json_schema_extra or {}).get("resume") == "free"
 
 
-def keys() -> Iterator[Key]:
-    """Every key of the configuration, sections in order; policy.* once per setting, with its engines."""
+def keys(suite_args_model: Any = None) -> Iterator[Key]:
+    """Every key of the configuration, sections in order; policy.* once per setting, with its
+    engines (the shared ones as PolicyConfig has them: policy.kind defaults to hf); with the active
+    suite's `Args` model, its suite_args.* too."""
     for name, info in RunConfig.__pydantic_fields__.items():
         if name == "policy":
+            shared = PolicyConfig.__pydantic_fields__
+            yield from (Key(f"policy.{field}", finfo) for field, finfo in shared.items())
             seen: dict[str, Key] = {}
             for kind, cls in ENGINES.items():
                 for field, finfo in cls.__pydantic_fields__.items():
-                    key = seen.setdefault(field, Key(f"policy.{field}", finfo))
-                    key.engines += (kind,)
-            for key in seen.values():
-                key.engines = () if len(key.engines) == len(ENGINES) else key.engines
-                yield key
+                    if field not in shared:
+                        seen.setdefault(field, Key(f"policy.{field}", finfo)).engines += (kind,)
+            yield from seen.values()
+        elif name == "suite_args" and suite_args_model is not None:
+            for field, finfo in suite_args_model.model_fields.items():
+                yield Key(f"suite_args.{field}", finfo)
         elif dataclasses.is_dataclass(info.annotation):
             for field, finfo in info.annotation.__pydantic_fields__.items():
                 yield Key(f"{name}.{field}", finfo)
@@ -87,12 +92,14 @@ def rule(info: FieldInfo) -> str:
     return text
 
 
-def explain(query: str | None = None) -> str:
+def explain(query: str | None = None, suite_args_model: Any = None) -> str:
     """The keys under `query` (a section like `train`, or one key like `train.lr`; all of them
-    without one), each with its default, rule, help and resume rule."""
-    found = [k for k in keys() if not query or k.name == query or k.name.startswith(f"{query}.")]
+    without one), each with its default, rule, help and resume rule; suite_args.* are those of
+    `suite_args_model`, the active suite's `Args`."""
+    every = list(keys(suite_args_model))
+    found = [k for k in every if not query or k.name == query or k.name.startswith(f"{query}.")]
     if not found:
-        sections = sorted({k.name.split(".")[0] for k in keys()})
+        sections = sorted({k.name.split(".")[0] for k in every})
         raise KeyError(f"{query!r}: no such key or section (sections: {', '.join(sections)})")
     lines = []
     for k in found:

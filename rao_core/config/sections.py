@@ -23,7 +23,9 @@ from rao_core.config.types import (
     Difficulties,
     Float,
     Int,
+    Labels,
     Modes,
+    NumberList,
     opt,
     section,
 )
@@ -187,7 +189,7 @@ class TrainConfig:
         "lr * lr_final (1: constant)",
         ge=0,
     )
-    betas: list[Annotated[Float, Field(ge=0, lt=1)]] = opt(
+    betas: Annotated[list[Annotated[Float, Field(ge=0, lt=1)]], NumberList] = opt(
         [0.9, 0.95], "AdamW betas (two numbers in [0, 1))", min_length=2, max_length=2
     )
     weight_decay: Float = opt(0.017, "AdamW weight decay", ge=0)
@@ -222,7 +224,7 @@ class TrainConfig:
     lora_dropout: Float = opt(
         0.0, "LoRA dropout (0 keeps sampler and trainer log-probs comparable)", ge=0, lt=1
     )
-    lora_targets: list[str] = opt(
+    lora_targets: Labels = opt(
         ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         "LoRA target modules",
         min_length=1,

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from rao_core.config.types import Float, Fraction, Int, opt, section
+from rao_core.config.types import Float, Fraction, Int, NumberList, opt, section
 
 
 @section
@@ -29,7 +29,7 @@ class TaskConfig:
     max_count: Int = opt(2, "copies of the target to craft: 1..max_count", ge=1)
     val_fraction: Fraction = opt(0.2, "fraction of items per tier held out for validation")
     buffer_max: Float = opt(0.5, "base materials get a random 0..buffer_max extra", ge=0)
-    distractors: list[Annotated[Int, Field(ge=0)]] = opt(
+    distractors: Annotated[list[Annotated[Int, Field(ge=0)]], NumberList] = opt(
         [1, 3], "min and max distractor base items in the inventory", min_length=2, max_length=2
     )
     small_tasks_per_difficulty: Int = opt(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import yaml
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, StrictInt
 from pydantic.dataclasses import dataclass
 
@@ -39,6 +40,15 @@ def _as_list(value: Any) -> Any:
     return value
 
 
+def _as_values(value: Any) -> Any:
+    """`1,2`, [1, 2] and a single 1 all mean the same list of numbers (each part read as YAML)."""
+    if isinstance(value, str):
+        return [yaml.safe_load(p) for p in value.split(",") if p.strip()]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return [value]
+    return value
+
+
 def _items_in(allowed: tuple[str, ...]):
     def check(items: list[str]) -> list[str]:
         bad = [p for p in items if p not in allowed]
@@ -70,6 +80,8 @@ Float = Annotated[float, BeforeValidator(_no_bool)]
 # Lists are lists (YAML `[medium, hard]`), and `medium,hard` on the command line means the same.
 # Difficulty labels are the suite's (rao_core/envs/registry.py checks them against it).
 Difficulties = Annotated[list[str], BeforeValidator(_as_list), AfterValidator(_non_empty)]
+Labels = Annotated[list[str], BeforeValidator(_as_list)]  # may be empty
+NumberList = BeforeValidator(_as_values)  # Annotated[list[int], NumberList]: `2,3` on the command line
 Modes = Annotated[list[str], BeforeValidator(_as_list), AfterValidator(_items_in(("single", "recursive")))]
 ContextLimits = Annotated[list[int], BeforeValidator(_as_list), AfterValidator(_ints_at_least(256))]
 Fraction = Annotated[Float, Field(gt=0, lt=1)]

@@ -9,7 +9,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from rao_core.config.types import Float, Int, opt, section
+from rao_core.config.types import Float, Int, Labels, NumberList, opt, section
 
 
 @section
@@ -39,10 +39,10 @@ class WarmStartConfig:
     )
     recursive_episodes: Int = opt(2500, "expert trees in the recursive shape (several nodes each)", ge=0)
     flat_episodes: Int = opt(4000, "expert trees in the flat shape (one node each)", ge=0)
-    recursive_tiers: list[Annotated[Int, Field(ge=1, le=6)]] = opt(
+    recursive_tiers: Annotated[list[Annotated[Int, Field(ge=1, le=6)]], NumberList] = opt(
         [2, 3, 3, 4], "textcraft-small: target tiers of recursive trees, sampled uniformly", min_length=1
     )
-    flat_tiers: list[Annotated[Int, Field(ge=1, le=6)]] = opt(
+    flat_tiers: Annotated[list[Annotated[Int, Field(ge=1, le=6)]], NumberList] = opt(
         [1, 2, 2, 2, 3], "textcraft-small: target tiers of flat trees, sampled uniformly", min_length=1
     )
     error_rate: Float = opt(
@@ -78,9 +78,7 @@ class WarmStartConfig:
     )
     weight_decay: Float = opt(0.0, "AdamW weight decay", ge=0)
     eval_tasks: Int = opt(100, "held-out tasks per difficulty and mode (0: skip evaluation)", ge=0)
-    eval_difficulties: list[str] = opt(
-        [], "difficulties to evaluate (the suite's labels; empty: all of them)"
-    )
+    eval_difficulties: Labels = opt([], "difficulties to evaluate (the suite's labels; empty: all of them)")
     eval_seed: Int = opt(0, "seed of the held-out task sample")
     max_concurrent_trees: Int = opt(64, "trees in flight at once (expert data and evaluation)", ge=1)
     max_batch_size: Int = opt(64, "engine sequences per decode step", ge=1)

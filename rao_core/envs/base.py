@@ -19,6 +19,17 @@ from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel
 
+# Settings read only by suites that say so (Suite.reads): a plugin suite's demonstrator may read any
+# warmstart.* field, so a suite names the ones it uses; `--check` warns about the others.
+SUITE_SPECIFIC = (
+    "warmstart.recursive_tiers",
+    "warmstart.flat_tiers",
+    "warmstart.error_rate",
+    "warmstart.give_up_rate",
+    "warmstart.root_inline_rate",
+    "policy.error_rate",
+)
+
 
 class LaunchError(ValueError):
     """Bad arguments to launch_subagent; the message is returned to the calling cell as a string."""

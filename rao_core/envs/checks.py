@@ -9,18 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rao_core.envs.base import Suite
-
-# Settings read only by suites that say so (Suite.reads): a plugin suite's demonstrator may read
-# any warmstart.* field, so a suite names the ones it uses; the rest do nothing for it.
-SUITE_SPECIFIC = (
-    "warmstart.recursive_tiers",
-    "warmstart.flat_tiers",
-    "warmstart.error_rate",
-    "warmstart.give_up_rate",
-    "warmstart.root_inline_rate",
-    "policy.error_rate",
-)
+from rao_core.envs.base import SUITE_SPECIFIC, Suite
 
 
 class RunCheckError(ValueError):
@@ -58,7 +47,11 @@ def unused_settings(cls: type[Suite], cfg: Any) -> list[str]:
         section, name = key.split(".")
         owner = getattr(cfg, section)
         field = type(owner).__pydantic_fields__.get(name)
-        if key in cls.reads or field is None or getattr(owner, name) == field.get_default(call_default_factory=True):
+        if (
+            key in cls.reads
+            or field is None
+            or getattr(owner, name) == field.get_default(call_default_factory=True)
+        ):
             continue
         reads = ", ".join(k for k in SUITE_SPECIFIC if k in cls.reads) or "none of them"
         out.append(
@@ -68,22 +61,24 @@ def unused_settings(cls: type[Suite], cfg: Any) -> list[str]:
     return out
 
 
-def check_tasks(suite: Suite, cfg: Any) -> None:
-    """The task rows carry only declared difficulties, and the draws have enough tasks: a round
-    of rollout.num_tasks from rollout.split, eval.num_tasks per difficulty from eval.split."""
+def check_tasks(suite: Suite, cfg: Any, strict: bool = True) -> list[str]:
+    """The task rows carry only declared difficulties (else RunCheckError), and the draws have
+    enough tasks: a round of rollout.num_tasks from rollout.split, eval.num_tasks per difficulty
+    from eval.split. Too few: RunCheckError when `strict` (`--check`), else a warning line (a run
+    started anyway draws what there is). Returns the warnings."""
     name = type(suite).__name__
     _, declared = type(suite).labels(suite.args)
     for split in sorted({cfg.rollout.split, cfg.eval.split}):
-        tasks = suite.tasks(split)
-        bad = sorted({t.difficulty for t in tasks} - set(declared))
+        bad = sorted({t.difficulty for t in suite.tasks(split)} - set(declared))
         if bad:
             raise RunCheckError(
                 f"suite {name}: {split} tasks have difficulty {bad[0]!r}, which {name} does not declare "
                 f"(Suite.difficulties: {', '.join(declared)})"
             )
+    short = []
     pool = [t for t in suite.tasks(cfg.rollout.split) if t.difficulty in cfg.rollout.difficulty]
     if len(pool) < cfg.rollout.num_tasks:
-        raise RunCheckError(
+        short.append(
             f"rollout.num_tasks: {cfg.rollout.num_tasks}: more than the {len(pool)} {cfg.rollout.split} tasks of "
             f"difficulty {', '.join(cfg.rollout.difficulty)} in suite {name}"
         )
@@ -91,27 +86,31 @@ def check_tasks(suite: Suite, cfg: Any) -> None:
     for d in cfg.eval.difficulty:
         have = sum(t.difficulty == d for t in held_out)
         if have < cfg.eval.num_tasks:
-            raise RunCheckError(
-                f"eval.num_tasks: {cfg.eval.num_tasks}: more than the {have} {cfg.eval.split} tasks of difficulty "
-                f"{d!r} in suite {name} (it is per difficulty)"
+            short.append(
+                f"eval.num_tasks: {cfg.eval.num_tasks}: more than the {have} {cfg.eval.split} tasks of "
+                f"difficulty {d!r} in suite {name} (it is per difficulty)"
             )
+    if short and strict:
+        raise RunCheckError(short[0])
+    return [f"warning: {line}; the run draws what there is" for line in short]
 
 
 def check_run(cfg: Any, synthesize: bool = True) -> list[str]:
     """Every check above for a configuration. The suite's tasks come from the run's data folder;
-    when it has none yet, `synthesize` writes them into a temporary folder (seconds for every
-    shipped suite) that is removed after (`--check`), else the synthesize stage checks them.
-    Returns the warnings; raises RunCheckError."""
+    when it has none yet, `synthesize` (`--check`: strict about task counts too) writes them into a
+    temporary folder (seconds for every shipped suite) that is removed after; else the synthesize
+    stage checks them. Returns the warnings; raises RunCheckError."""
     import tempfile
 
     from rao_core.envs.suites import make_suite, open_suite
 
     suite = make_suite(cfg)
     check_expert(type(suite), cfg)
+    warnings = unused_settings(type(suite), cfg)
     run_data = cfg.layout.data(cfg.suite)
     if all((run_data / f).is_file() for f in suite.files):
-        check_tasks(open_suite(cfg, run_data), cfg)
+        warnings += check_tasks(open_suite(cfg, run_data), cfg, strict=synthesize)
     elif synthesize:
         with tempfile.TemporaryDirectory(prefix="rao-check-") as tmp:
-            check_tasks(open_suite(cfg, Path(tmp)), cfg)
-    return unused_settings(type(suite), cfg)
+            warnings += check_tasks(open_suite(cfg, Path(tmp)), cfg)
+    return warnings

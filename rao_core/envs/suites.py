@@ -10,8 +10,7 @@ from typing import Any
 
 from rao_core.agent.policy import Policy
 from rao_core.config import RunConfig
-from rao_core.envs import checks
-from rao_core.envs.base import Environment, Suite
+from rao_core.envs.base import SUITE_SPECIFIC, Environment, Suite
 from rao_core.envs.registry import check_suite, suite_args, suite_class
 
 # TextCraft-Synth's small profile is the embedded default (the defaults in rao_core/config). The
@@ -73,7 +72,7 @@ class TextCraftData(Suite):
 class TextCraftSmallData(Suite):
     """TextCraft-Synth, small-model profile: a fresh tiny world per task, one-name actions."""
 
-    reads = frozenset(checks.SUITE_SPECIFIC)
+    reads = frozenset(SUITE_SPECIFIC)
 
     def synthesize(self, out: Path) -> None:
         from rao_core.envs.textcraft.small import make_small_tasks, write_small_tasks

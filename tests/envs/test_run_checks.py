@@ -11,7 +11,7 @@ from flows.cli import main
 from rao_core.config import load_config
 from rao_core.envs.checks import RunCheckError, check_tasks
 from rao_core.envs.suites import open_suite
-from tests.envs.test_suite_plugins import USER_SUITE, user_pkg  # noqa: F401 (a fixture)
+from tests.envs.test_suite_plugins import USER_SUITE
 
 ECHO = "suite=usertasks.echo:EchoSuite"
 # The same suite writing a difficulty it does not declare.
@@ -38,7 +38,7 @@ def check(tmp_path, capsys, *overrides: str) -> tuple[int, str]:
         (("suite=usertasks.mislabelled:EchoSuite",), "fit tasks have difficulty 'huge', which EchoSuite does not declare"),
     ],
 )  # fmt: skip
-def test_check_refuses_in_one_line(user_pkg, tmp_path, capsys, overrides, message):  # noqa: F811
+def test_check_refuses_in_one_line(user_pkg, tmp_path, capsys, overrides, message):
     (user_pkg / "usertasks" / "mislabelled.py").write_text(MISLABELLED)
     rc, err = check(tmp_path, capsys, *overrides)
     assert rc == 2 and err.startswith("config error: ") and message in err, err
@@ -48,7 +48,7 @@ def test_check_refuses_in_one_line(user_pkg, tmp_path, capsys, overrides, messag
 
 def test_check_passes_with_demonstrations_and_warns_about_settings_the_suite_ignores(
     user_pkg, tmp_path, capsys
-):  # noqa: F811
+):
     demos = tmp_path / "demos.parquet"
     demos.write_bytes(b"")
     rc, err = check(tmp_path, capsys, ECHO, "policy.model=warmstart", f"warmstart.demonstrations={demos}",
@@ -66,8 +66,15 @@ def test_check_passes_with_demonstrations_and_warns_about_settings_the_suite_ign
     assert rc == 0 and "warning" not in err  # FileCount's demonstrator reads it (Suite.reads)
 
 
-def test_the_synthesize_stage_checks_the_rows_it_wrote(user_pkg, tmp_path):  # noqa: F811
+def test_the_synthesize_stage_checks_the_rows_it_wrote(user_pkg, tmp_path):
+    """Undeclared labels are refused; too few tasks, outside --check, are a warning."""
     (user_pkg / "usertasks" / "mislabelled.py").write_text(MISLABELLED)
     cfg = load_config(overrides=[f"runs_dir={tmp_path}", "suite=usertasks.mislabelled:EchoSuite"])
     with pytest.raises(RunCheckError, match="does not declare"):
-        check_tasks(open_suite(cfg), cfg)
+        check_tasks(open_suite(cfg), cfg, strict=False)
+    cfg = load_config(overrides=[f"runs_dir={tmp_path / 'b'}", ECHO, "eval.num_tasks=3"])
+    (warning,) = check_tasks(open_suite(cfg), cfg, strict=False)
+    assert (
+        warning.startswith("warning: eval.num_tasks: 3: more than the 1 holdout tasks")
+        and "draws what" in warning
+    )

@@ -97,16 +97,6 @@ class Half(Suite):
 """
 
 
-@pytest.fixture
-def user_pkg(tmp_path, monkeypatch) -> Path:
-    pkg = tmp_path / "site" / "usertasks"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "echo.py").write_text(USER_SUITE)
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    return tmp_path / "site"
-
-
 def test_builtin_suites_come_through_the_entry_points():
     names = registered()
     assert {"textcraft", "textcraft-small", "oolong", "deepdive", "dataset"} <= set(names)

@@ -120,3 +120,17 @@ def test_format_table_cuts_long_cells_and_rows():
     assert "(500 items)" in text and "x" * 100 not in text
     assert "NULL" in text and "0.333333" in text
     assert len(text.splitlines()) < 20
+
+
+def test_shipped_query_files_are_found_from_any_folder(tmp_path, monkeypatch):
+    """`rao sql --file sql/reports/...` works outside the repository root too."""
+    from rao_core.query import QueryError, read_query_file
+    from rao_core.store.sqlfiles import SQL_DIR
+
+    want = (SQL_DIR / "reports" / "reward_curve.sql").read_text()
+    monkeypatch.chdir(tmp_path)
+    assert read_query_file("sql/reports/reward_curve.sql") == want == read_query_file("reports/reward_curve")
+    (tmp_path / "mine.sql").write_text("SELECT 1")
+    assert read_query_file("mine.sql") == "SELECT 1"
+    with pytest.raises(QueryError, match="no such file here"):
+        read_query_file("sql/reports/nope.sql")
