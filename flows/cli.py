@@ -229,7 +229,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from rao_core import campaign, runlock
+    from rao_core import campaign, resume, runlock
 
     cfg = load_config(args.config, args.overrides)
     if not cfg.run_dir.is_dir():
@@ -238,8 +238,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     cfg.layout.migrate()
     if (writer := runlock.holder(cfg.run_dir)) is not None:
         print(f"in progress: {runlock.describe(writer)}")
-    table = Table(title=f"{cfg.run_dir}: {campaign.completed_rounds(cfg)} rounds complete")
-    rows = campaign.status(cfg)
+    stored = resume.stored_config(cfg.run_dir) or {}  # the run's own rounds, not this command's default
+    rounds = max(stored.get("campaign", {}).get("rounds", 0), campaign.completed_rounds(cfg))
+    table = Table(title=f"{cfg.run_dir}: {campaign.completed_rounds(cfg)} of {rounds} rounds complete")
+    rows = campaign.status(cfg, rounds or None)
     for col in rows[0]:
         table.add_column(col)
     for row in rows:
@@ -458,6 +460,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C (or SIGTERM): every completed stage is kept
+        if os.environ.get("RAO_DEBUG"):
+            raise
+        print("interrupted: completed stages are kept; the same command continues from there", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -22,6 +22,11 @@ def log_lines(text: str) -> None:
         (logger.warning if line.startswith("WARNING") else logger.info)(line)
 
 
+def reused(cfg: RunConfig, what: str) -> None:
+    """A stage whose output an earlier run of this folder completed: said once, not summarised again."""
+    get_run_logger().info(f"{cfg.run_name} {what}: reused (completed earlier in {cfg.run_dir})")
+
+
 @task(name="synthesize", **STAGE)
 def synthesize(cfg: RunConfig) -> str:
     from rao_core.envs.checks import check_tasks
@@ -38,13 +43,19 @@ def synthesize(cfg: RunConfig) -> str:
 
 @task(name="warm-start", log_prints=False, **STAGE)  # dill (datasets) prints `dis` output
 def warm_start(cfg: RunConfig) -> str:
+    if cfg.policy.model == "warmstart" and cfg.layout.warmstart_complete():
+        reused(cfg, "warm start")
     return str(campaign.stage_warm_start(cfg))
 
 
 @task(name="rollout", **STAGE)
 def rollout(cfg: RunConfig, round_: int) -> str:
+    done = cfg.layout.complete(cfg.layout.rollouts(round_))
     path = campaign.stage_rollout(cfg, round_)
-    get_run_logger().info(reporting.rollout_line(cfg, round_))
+    if done:
+        reused(cfg, f"round {round_} rollout")
+    else:
+        get_run_logger().info(reporting.rollout_line(cfg, round_))
     return str(path)
 
 
@@ -73,22 +84,34 @@ def evaluate_shard(cfg: RunConfig, version: int, shard: int) -> str:
 
 @task(name="score", **STAGE)
 def score(cfg: RunConfig, round_: int) -> str:
+    done = cfg.layout.complete(cfg.layout.scores(round_))
     path = campaign.stage_score(cfg, round_)
-    log_lines(reporting.score_line(cfg, round_))
+    if done:
+        reused(cfg, f"round {round_} score")
+    else:
+        log_lines(reporting.score_line(cfg, round_))
     return str(path)
 
 
 @task(name="train", log_prints=False, **STAGE)  # dill (datasets) prints `dis` output
 def train(cfg: RunConfig, round_: int) -> str:
+    done = cfg.layout.checkpoint_complete(round_ + 1)
     campaign.stage_train(cfg, round_)
-    log_lines(reporting.train_line(cfg, round_))
+    if done:
+        reused(cfg, f"round {round_} train")
+    else:
+        log_lines(reporting.train_line(cfg, round_))
     return str(cfg.layout.checkpoint(round_ + 1))
 
 
 @task(name="evaluate", **STAGE)
 def evaluate(cfg: RunConfig, version: int) -> dict:
+    done = cfg.layout.complete(cfg.layout.eval(version))
     summary = campaign.stage_evaluate(cfg, version)
-    get_run_logger().info(reporting.eval_line(cfg, version, summary))
+    if done:
+        reused(cfg, f"v{version} evaluation")
+    else:
+        get_run_logger().info(reporting.eval_line(cfg, version, summary))
     return summary
 
 

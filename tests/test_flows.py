@@ -247,6 +247,9 @@ def test_kill_and_resume(prefect_server, tmp_path):
         proc.wait()
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
+    log = done.stdout + done.stderr  # the resumed run says what it reused, and does not re-report it
+    assert "default round 0 rollout: reused" in log and "default round 0 rollout: 4 trees" not in log
+    assert "default v1 evaluation: reused" in log and "default v1 held-out success" not in log
     for r in (0, 1):
         table = pq.read_table(cfg.run_dir / "rollouts" / f"round={r}" / "nodes.parquet")
         ids = table.column("node_id").to_pylist()
