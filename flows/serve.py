@@ -1,22 +1,48 @@
 """Deployments: register the flows with a Prefect server so runs can be triggered and scheduled
-from the UI. `rao serve` calls this; stop it with Ctrl-C (schedules stay active)."""
+from the UI. `rao serve` calls this; stop it with Ctrl-C (schedules stay as they are:
+docs/pipeline.md, "Schedules")."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from prefect import serve
+from prefect.schedules import Interval
 
 from flows.training import evaluate_flow, rollout_flow, round_flow, synthesize_flow, train_flow
 
+SCHEDULED = "rao-round/next-round"
 
-def deployments(config: str | None, overrides: list[str], interval_minutes: float | None):
+
+def schedule_paused(name: str = SCHEDULED) -> bool:
+    """Is the deployment paused, or all its schedules, on the server (from the UI or the CLI)?
+    False when it does not exist yet."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    async def read() -> bool:
+        async with get_client() as client:
+            try:
+                d = await client.read_deployment_by_name(name)
+            except ObjectNotFound:
+                return False
+            return bool(d.paused) or bool(d.schedules) and not any(s.active for s in d.schedules)
+
+    return asyncio.run(read())
+
+
+def deployments(
+    config: str | None, overrides: list[str], interval_minutes: float | None, paused: bool = False
+):
+    """The six deployments; `paused` keeps the next-round schedule paused (a schedule paused in
+    the UI stays paused when `rao serve` starts again)."""
     params = {"config": config, "overrides": overrides}
-    every = timedelta(minutes=interval_minutes) if interval_minutes else None
+    every = [Interval(timedelta(minutes=interval_minutes), active=not paused)] if interval_minutes else None
     return [
         train_flow.to_deployment(name="train", parameters=params, concurrency_limit=1),
         # one round at a time: a scheduled round that outlasts the interval makes the next one wait
-        round_flow.to_deployment(name="next-round", parameters=params, interval=every, concurrency_limit=1),
+        round_flow.to_deployment(name="next-round", parameters=params, schedules=every, concurrency_limit=1),
         evaluate_flow.to_deployment(name="evaluate", parameters=params),
         evaluate_flow.to_deployment(name="compare", parameters={**params, "compare": True}),
         rollout_flow.to_deployment(name="rollout", parameters=params),
@@ -25,4 +51,9 @@ def deployments(config: str | None, overrides: list[str], interval_minutes: floa
 
 
 def serve_all(config: str | None, overrides: list[str], interval_minutes: float | None) -> None:
-    serve(*deployments(config, overrides, interval_minutes), pause_on_shutdown=False)
+    paused = schedule_paused()
+    if paused:
+        print(f"{SCHEDULED}: its schedule is paused and stays paused; resume it in the UI or with "
+              f"`prefect deployment schedule resume {SCHEDULED} <id from: prefect deployment schedule ls "
+              f"{SCHEDULED}>` (docs/pipeline.md)")  # fmt: skip
+    serve(*deployments(config, overrides, interval_minutes, paused), pause_on_shutdown=False)

@@ -308,8 +308,35 @@ def test_serve_registers_every_flow_with_the_run_parameters():
     assert all(d.parameters["overrides"] == ["campaign.rounds=5"] for d in deps.values())
     assert deps["compare"].parameters["compare"] is True
     assert [s.schedule.interval.total_seconds() for s in deps["next-round"].schedules] == [1800.0]
+    assert [s.active for s in deps["next-round"].schedules] == [True]
     assert not deps["train"].schedules
     assert deps["next-round"].concurrency_limit == deps["train"].concurrency_limit == 1  # one round at a time
+
+
+def test_a_paused_schedule_stays_paused_when_serve_starts_again(prefect_server):
+    """Pause the next-round schedule on the server (as the UI's toggle does); registering the
+    deployments again, as `rao serve` does at start, keeps it paused."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+
+    from flows.serve import SCHEDULED, deployments, schedule_paused
+
+    deps = {d.name: d for d in deployments(None, [], 30)}
+    deps["next-round"].apply()
+    assert not schedule_paused()
+
+    async def pause() -> None:
+        async with get_client() as client:
+            d = await client.read_deployment_by_name(SCHEDULED)
+            for sched in d.schedules:
+                await client.update_deployment_schedule(d.id, sched.id, active=False)
+
+    asyncio.run(pause())
+    assert schedule_paused()
+    again = {d.name: d for d in deployments(None, [], 30, paused=schedule_paused())}
+    again["next-round"].apply()
+    assert schedule_paused()  # still paused on the server after the new registration
 
 
 def test_campaign_status_in_mlflow(tmp_path):

@@ -64,8 +64,8 @@ def unused_settings(cls: type[Suite], cfg: Any) -> list[str]:
 def check_tasks(suite: Suite, cfg: Any, strict: bool = True) -> list[str]:
     """The task rows carry only declared difficulties (else RunCheckError), and the draws have
     enough tasks: a round of rollout.num_tasks from rollout.split, eval.num_tasks per difficulty
-    from eval.split. Too few: RunCheckError when `strict` (`--check`), else a warning line (a run
-    started anyway draws what there is). Returns the warnings."""
+    from eval.split. Too few: RunCheckError when `strict` (`--check`) and the number was set (a
+    default takes what there is), else a warning line. Returns the warnings."""
     name = type(suite).__name__
     _, declared = type(suite).labels(suite.args)
     for split in sorted({cfg.rollout.split, cfg.eval.split}):
@@ -90,9 +90,17 @@ def check_tasks(suite: Suite, cfg: Any, strict: bool = True) -> list[str]:
                 f"eval.num_tasks: {cfg.eval.num_tasks}: more than the {have} {cfg.eval.split} tasks of "
                 f"difficulty {d!r} in suite {name} (it is per difficulty)"
             )
-    if short and strict:
-        raise RunCheckError(short[0])
+    asked = [line for line in short if not _default(cfg, line.split(":")[0])]
+    if asked and strict:  # a number the user set; a default simply takes what there is
+        raise RunCheckError(asked[0])
     return [f"warning: {line}; the run draws what there is" for line in short]
+
+
+def _default(cfg: Any, key: str) -> bool:
+    """Is `section.field` at its default (not set by the user, the suite or a config file)?"""
+    section, name = key.split(".")
+    owner = getattr(cfg, section)
+    return getattr(owner, name) == type(owner).__pydantic_fields__[name].get_default(call_default_factory=True)
 
 
 def check_run(cfg: Any, synthesize: bool = True) -> list[str]:

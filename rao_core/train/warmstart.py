@@ -100,7 +100,35 @@ def expert_examples(cfg: WarmStartConfig, chat: ChatFraming, suite: Suite) -> li
                 if m and turn in slips:
                     mask[i] = 0
             rows.append(example(r.token_ids, mask, mode, r.depth))
+    warn_long_replies([r for _, run in runs for r in run.records], suite.cfg.agent.max_new_tokens)
     return rows
+
+
+def reply_lengths(action_mask: list[int]) -> list[int]:
+    """The length of each reply in a node's tokens (each run of action tokens is one reply)."""
+    lengths, run = [], 0
+    for m in [*action_mask, 0]:
+        if m:
+            run += 1
+        elif run:
+            lengths, run = [*lengths, run], 0
+    return lengths
+
+
+def warn_long_replies(records: list, max_new_tokens: int) -> str | None:
+    """The expert writes whole cells, but a model samples at most agent.max_new_tokens a turn: a
+    model trained on longer cells is cut mid-cell at rollout. Says so (log and return), or None."""
+    lengths = [n for r in records for n in reply_lengths(r.action_mask)]
+    long = [n for n in lengths if n > max_new_tokens]
+    if not long:
+        return None
+    line = (
+        f"warm start: {len(long)} of {len(lengths)} expert replies are longer than agent.max_new_tokens="
+        f"{max_new_tokens} (the longest: {max(long)} tokens); a model trained on them is cut mid-cell at "
+        f"rollout: raise agent.max_new_tokens to at least {max(long)} (docs/own-task.md, 'Sizing your task')"
+    )
+    print(f"WARNING: {line}", flush=True)
+    return line
 
 
 def example(token_ids: list[int], mask: list[int], mode: str, depth: int) -> dict:

@@ -5,6 +5,8 @@ about suite-specific settings the suite does not read. The synthesize stage chec
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from flows.cli import main
@@ -16,6 +18,13 @@ from tests.envs.test_suite_plugins import USER_SUITE
 ECHO = "suite=usertasks.echo:EchoSuite"
 # The same suite writing a difficulty it does not declare.
 MISLABELLED = USER_SUITE.replace('"difficulty": self.difficulties[i // 2 % 2]', '"difficulty": "huge"')
+
+
+def mislabelled(site) -> str:
+    """A module of its own per test (a package imported by an earlier test keeps its old path)."""
+    name = f"mislabelled_{uuid.uuid4().hex[:8]}"
+    (site / f"{name}.py").write_text(MISLABELLED)
+    return name
 
 
 def check(tmp_path, capsys, *overrides: str) -> tuple[int, str]:
@@ -39,8 +48,8 @@ def check(tmp_path, capsys, *overrides: str) -> tuple[int, str]:
     ],
 )  # fmt: skip
 def test_check_refuses_in_one_line(user_pkg, tmp_path, capsys, overrides, message):
-    (user_pkg / "usertasks" / "mislabelled.py").write_text(MISLABELLED)
-    rc, err = check(tmp_path, capsys, *overrides)
+    module = mislabelled(user_pkg)
+    rc, err = check(tmp_path, capsys, *(o.replace("usertasks.mislabelled", module) for o in overrides))
     assert rc == 2 and err.startswith("config error: ") and message in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "default").exists()  # --check wrote nothing into the run folder
@@ -68,8 +77,7 @@ def test_check_passes_with_demonstrations_and_warns_about_settings_the_suite_ign
 
 def test_the_synthesize_stage_checks_the_rows_it_wrote(user_pkg, tmp_path):
     """Undeclared labels are refused; too few tasks, outside --check, are a warning."""
-    (user_pkg / "usertasks" / "mislabelled.py").write_text(MISLABELLED)
-    cfg = load_config(overrides=[f"runs_dir={tmp_path}", "suite=usertasks.mislabelled:EchoSuite"])
+    cfg = load_config(overrides=[f"runs_dir={tmp_path}", f"suite={mislabelled(user_pkg)}:EchoSuite"])
     with pytest.raises(RunCheckError, match="does not declare"):
         check_tasks(open_suite(cfg), cfg, strict=False)
     cfg = load_config(overrides=[f"runs_dir={tmp_path / 'b'}", ECHO, "eval.num_tasks=3"])

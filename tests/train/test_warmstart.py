@@ -176,3 +176,19 @@ def test_warm_start_fine_tunes_a_checkpoint(tmp_path):
     tuned, _ = load_checkpoint(tmp_path / "model", device="cpu")
     gaps = [(a - b).abs().max().item() for a, b in zip(start.parameters(), tuned.parameters(), strict=True)]
     assert 0 < max(gaps) < 1e-3  # moved, from the shipped weights (a fresh init is far off)
+
+
+def test_expert_replies_longer_than_max_new_tokens_are_reported():
+    from types import SimpleNamespace
+
+    from rao_core.train.warmstart import reply_lengths, warn_long_replies
+
+    assert reply_lengths([0, 1, 1, 0, 0, 1, 1, 1, 0, 1]) == [2, 3, 1]
+    records = [
+        SimpleNamespace(action_mask=[0, 1, 1, 0, 1, 1, 1]),
+        SimpleNamespace(action_mask=[0] * 3 + [1] * 5),
+    ]
+    assert warn_long_replies(records, 5) is None
+    line = warn_long_replies(records, 2)
+    assert line.startswith("warm start: 2 of 3 expert replies are longer than agent.max_new_tokens=2")
+    assert "the longest: 5 tokens" in line and "at least 5" in line
