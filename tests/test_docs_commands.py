@@ -57,3 +57,9 @@ def test_documented_command_parses(doc, line, shown):
         assert shown == f"config error: {e}"
         return
     assert shown is None, "the docs show an error this command no longer gives"
+
+
+def test_the_readme_fits_on_a_page():
+    """The README is the project's front page: 150 lines at most; the rest lives in docs/."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 150, f"README.md has {len(lines)} lines"

@@ -20,12 +20,13 @@ class PolicyConfig:
 
     kind: EngineKind = opt("hf", "scripted expert, or a model engine: hf (transformers), vllm, openai")
     model: str = opt(
-        "small-warmstart-7500",
-        "a checkpoint shipped in rao_core/models/checkpoints (small-warmstart-7500: delegates, 98% "
-        "held-out before RL, trained by one command; small-warmstart-long: 94%; small-warmstart: 67%; "
-        "small-inline-root: walks tasks inline at the root, for RL to teach delegation), a local folder, a "
-        "hub id in the local Hugging Face cache, 'warmstart' (train one in this run) or 'tiny' "
-        "(untrained bootstrap model)",
+        "small-inline-7500",
+        "a checkpoint shipped in rao_core/models/checkpoints (small-inline-7500: small-warmstart-7500 "
+        "taught to walk tasks inline at the root, for RL to teach delegation: 44% held-out before RL, "
+        "86-94% after the default 12 rounds; small-warmstart-7500: delegates, 98% held-out before RL; "
+        "small-warmstart-long: 94%; small-warmstart: 67%; small-inline-root: the inline start of a "
+        "weaker copier, 27%), a local folder, a hub id in the local Hugging Face cache, 'warmstart' "
+        "(train one in this run) or 'tiny' (untrained bootstrap model)",
         min_length=1,
     )
     tokenizer: str = opt(

@@ -301,7 +301,7 @@ class CampaignConfig:
     """The training campaign: warm start, then rounds of rollout -> score -> train -> evaluate."""
 
     rounds: Int = opt(
-        8, "RL rounds of the campaign (`rao round` / the schedule add more)", ge=0, resume="free"
+        12, "RL rounds of the campaign (`rao round` / the schedule add more)", ge=0, resume="free"
     )
     control_arm: StrictBool = opt(
         False,
