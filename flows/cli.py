@@ -463,7 +463,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C (or SIGTERM): every completed stage is kept
         if os.environ.get("RAO_DEBUG"):
             raise
-        print("interrupted: completed stages are kept; the same command continues from there", file=sys.stderr)
+        print(
+            "interrupted: completed stages are kept; the same command continues from there", file=sys.stderr
+        )
         return 130
 
 

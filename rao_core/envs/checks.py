@@ -100,7 +100,9 @@ def _default(cfg: Any, key: str) -> bool:
     """Is `section.field` at its default (not set by the user, the suite or a config file)?"""
     section, name = key.split(".")
     owner = getattr(cfg, section)
-    return getattr(owner, name) == type(owner).__pydantic_fields__[name].get_default(call_default_factory=True)
+    return getattr(owner, name) == type(owner).__pydantic_fields__[name].get_default(
+        call_default_factory=True
+    )
 
 
 def check_run(cfg: Any, synthesize: bool = True) -> list[str]:
