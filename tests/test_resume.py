@@ -35,13 +35,13 @@ def test_a_change_that_alters_completed_stages_is_refused(tmp_path):
 
 def test_a_change_of_future_rounds_only_is_recorded(tmp_path):
     cfg = completed_round(tmp_path)
-    more = toy_config(tmp_path, "campaign.rounds=12", "rollout.max_concurrent_trees=4")
+    more = toy_config(tmp_path, "campaign.rounds=20", "rollout.max_concurrent_trees=4")
     diff = campaign.prepare(more)
-    assert diff == {"campaign.rounds": (8, 12), "rollout.max_concurrent_trees": (96, 4)}
+    assert diff == {"campaign.rounds": (12, 20), "rollout.max_concurrent_trees": (96, 4)}
     (entry,) = resume.history(cfg.run_dir)
     assert entry["round"] == campaign.completed_rounds(more) == 0
-    assert entry["changes"]["campaign.rounds"] == [8, 12]
-    assert resume.stored_config(cfg.run_dir)["campaign"]["rounds"] == 12
+    assert entry["changes"]["campaign.rounds"] == [12, 20]
+    assert resume.stored_config(cfg.run_dir)["campaign"]["rounds"] == 20
     assert campaign.prepare(more) == {}  # recorded once
 
 
@@ -108,7 +108,7 @@ def test_history_lines_are_json(tmp_path):
     cfg = completed_round(tmp_path)
     campaign.prepare(toy_config(tmp_path, "campaign.rounds=2"))
     lines = cfg.layout.history.read_text().splitlines()
-    assert [json.loads(x)["changes"] for x in lines] == [{"campaign.rounds": [8, 2]}]
+    assert [json.loads(x)["changes"] for x in lines] == [{"campaign.rounds": [12, 2]}]
 
 
 TOY_ARGS = [
