@@ -19,10 +19,10 @@ import torch
 from transformers import GenerationConfig
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
-from rao_core.agent.policy import GenerationRequest
 from rao_core.engines.hf import HFEngine
 from rao_core.models.tiny import build_tiny_model
 from rao_core.models.tokenizer import tiny_tokenizer
+from rao_core.policy import GenerationRequest
 
 
 def main() -> None:

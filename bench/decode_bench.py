@@ -26,12 +26,12 @@ import warnings
 
 import torch
 
-from rao_core.agent.policy import GenerationRequest
 from rao_core.engines import hf_batch
 from rao_core.engines.hf import HFEngine, _Seq
 from rao_core.engines.hf_batch import Batch
 from rao_core.models.tiny import build_tiny_model
 from rao_core.models.tokenizer import tiny_tokenizer
+from rao_core.policy import GenerationRequest
 
 SHAPES = {  # Qwen3's published shapes (random weights here)
     "0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16),

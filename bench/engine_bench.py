@@ -27,7 +27,6 @@ import torch
 from transformers import DynamicCache
 from transformers.utils import logging as hf_logging
 
-from rao_core.agent.policy import Generation, GenerationRequest, Policy
 from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeSpec
@@ -36,6 +35,7 @@ from rao_core.engines.hf import HFEngine
 from rao_core.envs.textcraft import env_from_task, generate_world, make_tasks
 from rao_core.models.tiny import build_tiny_model
 from rao_core.models.tokenizer import tiny_tokenizer
+from rao_core.policy import Generation, GenerationRequest, Policy
 
 
 class Recorder(Policy):

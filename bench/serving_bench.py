@@ -16,12 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from rao_core.agent.policy import GenerationRequest, Policy
 from rao_core.config import VLLMPolicy
 from rao_core.engines.hf import HFEngine
 from rao_core.engines.scope import engine_scope
 from rao_core.engines.vllm import VLLMEngine
 from rao_core.models.tokenizer import load_tokenizer
+from rao_core.policy import GenerationRequest, Policy
 
 N, NEW = 64, 32
 

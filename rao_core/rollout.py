@@ -23,7 +23,6 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from rao_core.agent.policy import Policy
 from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeRun, TreeSpec
@@ -33,6 +32,7 @@ from rao_core.envs.suites import open_suite
 from rao_core.judges import build_judge
 from rao_core.models.paths import initial_model
 from rao_core.models.tokenizer import load_tokenizer
+from rao_core.policy import Policy
 from rao_core.store.parquet import (
     clean_temporaries,
     is_complete,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rao_core.agent.policy import Generation, GenerationRequest, NodeState, Policy
 from rao_core.config import RunConfig, load_config
+from rao_core.policy import Generation, GenerationRequest, NodeState, Policy
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

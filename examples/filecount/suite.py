@@ -25,8 +25,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field
 
-from rao_core.agent.policy import Generation, GenerationRequest, NodeState, Policy
 from rao_core.envs.base import Environment, LaunchError, Suite
+from rao_core.policy import Generation, GenerationRequest, NodeState, Policy
 
 KINDS = ("log", "txt", "py")
 DEPTHS = {"easy": 1, "medium": 2, "hard": 3}  # levels of subfolders under the task's folder

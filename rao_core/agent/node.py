@@ -27,11 +27,11 @@ from rao_core.agent.budget import TreeBudget
 from rao_core.agent.conversation import Conversation
 from rao_core.agent.executor import Executor, SandboxExecutors, is_async
 from rao_core.agent.parsing import ReplyFormat, parse_reply
-from rao_core.agent.policy import Generation, GenerationRequest, NodeState, Policy
 from rao_core.agent.prompts import ChatFraming, mask_addresses, system_prompt, truncate, user_prompt
 from rao_core.config import AgentConfig
 from rao_core.envs.base import Environment, ScorerError, scorer_name, success_value
 from rao_core.errors import EngineError, InfrastructureError, retrying
+from rao_core.policy import Generation, GenerationRequest, NodeState, Policy
 from rao_core.status import NodeStatus
 
 

@@ -8,11 +8,11 @@ import asyncio
 from collections.abc import Callable
 
 from rao_core.agent.executor import SandboxExecutors
-from rao_core.agent.policy import Policy
 from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.tree import TreeRun, TreeSpec
 from rao_core.config import AgentConfig, SandboxConfig
-from rao_core.judges import Judge
+from rao_core.policy import Policy
+from rao_core.verdicts import Judge
 
 
 async def run_trees(

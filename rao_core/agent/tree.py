@@ -16,13 +16,13 @@ from rao_core.agent.budget import TreeBudget
 from rao_core.agent.executor import SandboxExecutors
 from rao_core.agent.node import NodeContext, NodeRecord, run_node
 from rao_core.agent.parsing import get_format
-from rao_core.agent.policy import Policy
 from rao_core.agent.prompts import ChatFraming
 from rao_core.config import AgentConfig
 from rao_core.envs.base import Environment, success_value
 from rao_core.errors import InfrastructureError
-from rao_core.judges import Judge, error_verdict
+from rao_core.policy import Policy
 from rao_core.status import NodeStatus, TreeStatus
+from rao_core.verdicts import Judge, error_verdict
 
 
 @dataclass

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rao_core.agent.policy import Policy
 from rao_core.config import PolicyConfig
+from rao_core.policy import Policy
 
 
 def build_engine(

@@ -47,7 +47,6 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rao_core.agent.policy import Generation, GenerationRequest, Policy
 from rao_core.engines.hf_batch import (
     ATTENTION,
     Batch,
@@ -59,6 +58,7 @@ from rao_core.engines.hf_batch import (
 )
 from rao_core.engines.hf_static import StaticDecode, request_key, sample_rows
 from rao_core.models.tiny import load_checkpoint, resolve_model
+from rao_core.policy import Generation, GenerationRequest, Policy
 
 
 @dataclass

@@ -34,7 +34,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from rao_core.agent.policy import Generation, GenerationRequest, Policy
+from rao_core.policy import Generation, GenerationRequest, Policy
 
 
 @dataclass(frozen=True)

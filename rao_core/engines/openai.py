@@ -13,7 +13,7 @@ import asyncio
 
 import httpx
 
-from rao_core.agent.policy import Generation, GenerationRequest, Policy
+from rao_core.policy import Generation, GenerationRequest, Policy
 
 TOKEN_ID_PREFIX = "token_id:"
 

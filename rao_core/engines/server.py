@@ -22,8 +22,8 @@ import uvicorn
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, ConfigDict
 
-from rao_core.agent.policy import GenerationRequest
 from rao_core.engines.hf import HFEngine
+from rao_core.policy import GenerationRequest
 
 
 class CompletionBody(BaseModel):

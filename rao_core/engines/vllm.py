@@ -16,11 +16,11 @@ from pathlib import Path
 
 import httpx
 
-from rao_core.agent.policy import Generation, GenerationRequest, Policy
 from rao_core.config import VLLMPolicy
 from rao_core.engines.openai import OpenAIEngine
 from rao_core.engines.scope import EngineScope, current_scope
 from rao_core.engines.vllm_server import VLLMServer
+from rao_core.policy import Generation, GenerationRequest, Policy
 
 # What a request sees when the server process is gone or going.
 SERVER_GONE = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)

@@ -189,7 +189,7 @@ class Suite(ABC):
         """The root environment of a task (a fresh one per tree)."""
 
     def expert(self) -> Any:
-        """A scripted expert policy (rao_core/agent/policy.py) for `policy.kind=scripted` and the
+        """A scripted expert policy (rao_core/policy.py) for `policy.kind=scripted` and the
         warm start's demonstrations; None when the suite has none."""
         return None
 

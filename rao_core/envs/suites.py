@@ -8,10 +8,10 @@ import random
 from pathlib import Path
 from typing import Any
 
-from rao_core.agent.policy import Policy
 from rao_core.config import RunConfig
 from rao_core.envs.base import SUITE_SPECIFIC, Environment, Suite
 from rao_core.envs.registry import check_suite, suite_args, suite_class
+from rao_core.policy import Policy
 
 # TextCraft-Synth's small profile is the embedded default (the defaults in rao_core/config). The
 # other suites need an instruction-following LLM; their profile is the paper's reference agent with

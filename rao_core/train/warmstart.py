@@ -37,7 +37,6 @@ from datasets import Dataset
 from transformers import TrainerCallback
 from trl import SFTConfig, SFTTrainer
 
-from rao_core.agent.policy import Policy
 from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeRun, TreeSpec
@@ -47,6 +46,7 @@ from rao_core.eval.metrics import wilson_interval
 from rao_core.models.paths import initial_model
 from rao_core.models.tiny import build_tiny_model, load_checkpoint, save_checkpoint
 from rao_core.models.tokenizer import load_tokenizer, tiny_tokenizer
+from rao_core.policy import Policy
 from rao_core.rollout import chat_framing
 from rao_core.store.files import write_json, write_text
 

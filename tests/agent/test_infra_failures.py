@@ -10,7 +10,6 @@ import pyarrow as pa
 import pytest
 import torch
 
-from rao_core.agent.policy import Generation, GenerationRequest, Policy
 from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeRun, TreeSpec
 from rao_core.config import AgentConfig, SandboxConfig, ScoringConfig
@@ -18,6 +17,7 @@ from rao_core.engines.hf import HFEngine
 from rao_core.engines.openai import OpenAIEngine
 from rao_core.engines.server import start_background
 from rao_core.models.tokenizer import tiny_tokenizer
+from rao_core.policy import Generation, GenerationRequest, Policy
 from rao_core.rollout import summarize, tree_rows
 from rao_core.scoring import score_round, scores_summary
 from rao_core.store.parquet import read_partition, write_partition

@@ -18,24 +18,22 @@ from rao_core.engines.hf import HFEngine
 from rao_core.engines.hf_process import ProcessEngine, ReplicatedEngine
 from rao_core.engines.server import start_background
 from rao_core.errors import JudgeError
-from rao_core.judges import (
-    RUBRIC,
-    RUBRIC_VERSION,
-    Judge,
-    JudgeCache,
-    ModelJudge,
-    ScriptedJudge,
-    VerdictError,
-    build_judge,
-    judge_prompt,
-    make_verdict,
-    parse_verdict,
-)
+from rao_core.judges import ModelJudge, build_judge, judge_prompt
 from rao_core.models.tiny import save_checkpoint
 from rao_core.query import run_query
 from rao_core.rollout import tree_rows
 from rao_core.store.parquet import write_partition
 from rao_core.store.schema import NODE_SCHEMA
+from rao_core.verdicts import (
+    RUBRIC,
+    RUBRIC_VERSION,
+    Judge,
+    JudgeCache,
+    ScriptedJudge,
+    VerdictError,
+    make_verdict,
+    parse_verdict,
+)
 from tests.agent.test_runtime import CHAT, NoteEnv
 from tests.conftest import CellScript
 from tests.engines import req, small_model
@@ -398,8 +396,8 @@ def test_verdicts_survive_a_tree_timeout():
 def test_a_rubric_of_your_own_is_the_system_prompt_and_keys_the_cache(tmp_path):
     """judge.rubric: the file's text is what the judge model reads, and its digest names the rubric
     in every verdict and in the cache key, so verdicts under another rubric are never reused."""
-    from rao_core.agent.policy import Generation, Policy
-    from rao_core.judges import rubric_version
+    from rao_core.policy import Generation, Policy
+    from rao_core.verdicts import rubric_version
 
     class Grader(Policy):
         prompts: list[str] = []

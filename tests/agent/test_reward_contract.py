@@ -16,9 +16,9 @@ from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeSpec
 from rao_core.config import AgentConfig, SandboxConfig
 from rao_core.envs.base import success_value
-from rao_core.judges import Judge, Verdict
 from rao_core.rollout import summarize, tree_rows
 from rao_core.store.schema import NODE_SCHEMA
+from rao_core.verdicts import Judge, Verdict
 from tests.agent.test_judges import JudgedNoteEnv, judged_tree, script
 from tests.agent.test_runtime import CHAT, NoteEnv
 from tests.conftest import CellScript

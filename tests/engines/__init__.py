@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from rao_core.agent.policy import GenerationRequest
 from rao_core.models.tiny import build_tiny_model
+from rao_core.policy import GenerationRequest
 
 CHAIN_TEXT = "ok</python> tailwords"  # every token distinct, so "next token" is a function
 

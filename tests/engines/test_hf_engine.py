@@ -10,7 +10,6 @@ import random
 import pytest
 import torch
 
-from rao_core.agent.policy import Generation, GenerationRequest, Policy
 from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeSpec
@@ -18,6 +17,7 @@ from rao_core.config import AgentConfig, SandboxConfig
 from rao_core.engines.hf import HFEngine
 from rao_core.engines.hf_batch import completes_stop, row_runs, stop_index
 from rao_core.models.tokenizer import tiny_tokenizer
+from rao_core.policy import Generation, GenerationRequest, Policy
 from tests.agent.test_runtime import NoteEnv
 from tests.engines import chain_model, req, small_model
 

@@ -15,12 +15,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rao_core.agent.policy import GenerationRequest
 from rao_core.config import ScoringConfig, VLLMPolicy
 from rao_core.engines.vllm import VLLMEngine
 from rao_core.engines.vllm_server import StaleWeightsError, VLLMServer, VLLMSetupError
 from rao_core.models.tiny import build_tiny_model, save_checkpoint
 from rao_core.models.tokenizer import tiny_tokenizer
+from rao_core.policy import GenerationRequest
 from rao_core.scoring import score_round
 from rao_core.train.stage import train_round
 from rao_core.train.trainer import TrainConfig

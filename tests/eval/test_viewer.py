@@ -17,7 +17,6 @@ import pytest
 
 import rao_core.rollout as rollout
 from flows.cli import main
-from rao_core.agent.policy import Generation, GenerationRequest, Policy
 from rao_core.config import ScoringConfig
 from rao_core.eval.viewer import (
     DASH,
@@ -27,6 +26,7 @@ from rao_core.eval.viewer import (
     tree_rows,
     write_tree_sample,
 )
+from rao_core.policy import Generation, GenerationRequest, Policy
 from rao_core.rollout import rollout_round
 from rao_core.scoring import score_round
 from tests.conftest import toy_config

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import re
 
-from rao_core.agent.policy import NodeState, ScriptedExpert
 from rao_core.envs.deepdive.corpus import url_of
 from rao_core.envs.deepdive.env import DeepDiveEnv
 from rao_core.envs.deepdive.graph import RELATIONS, Entity, Graph
+from rao_core.envs.expert import ScriptedExpert
+from rao_core.policy import NodeState
 
 _READ_ON = re.compile(r"view_webpage_content\('([^']+)', start=(\d+)\)\]$")
 GIVE_UP = "I could not find the answer."

@@ -19,10 +19,11 @@ import ast
 import functools
 import inspect
 
-from rao_core.agent.policy import NodeState, ScriptedExpert
+from rao_core.envs.expert import ScriptedExpert
 from rao_core.envs.oolong import extract
 from rao_core.envs.oolong.env import OolongEnv
 from rao_core.envs.oolong.extract import SUB_OF, chunk_size, split_chunks
+from rao_core.policy import NodeState
 
 CHILD = ("PATTERNS", "parse_events", "partial")
 ROOT = ("SUBGOALS", "subgoal", "state_at", "chunk_size", "split_chunks", "loads", "combine", "boxed")

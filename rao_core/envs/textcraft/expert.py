@@ -16,10 +16,11 @@ from __future__ import annotations
 import math
 import re
 
-from rao_core.agent.policy import NodeState, ScriptedExpert
+from rao_core.envs.expert import ScriptedExpert
 from rao_core.envs.textcraft.env import TextCraftEnv
 from rao_core.envs.textcraft.solver import solve
 from rao_core.envs.textcraft.world import World
+from rao_core.policy import NodeState
 
 _CRAFTED = re.compile(r"^Crafted (\d+) (\S+?)\.", re.M)
 

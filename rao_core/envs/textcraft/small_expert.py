@@ -22,8 +22,8 @@ import asyncio
 from dataclasses import dataclass, field
 
 from rao_core.agent.parsing import get_format
-from rao_core.agent.policy import Generation, GenerationRequest, NodeState, Policy
 from rao_core.envs.textcraft.small import SmallEnv
+from rao_core.policy import Generation, GenerationRequest, NodeState, Policy
 
 FORMAT = get_format("python")  # terse: a thought buys a tiny model nothing
 

@@ -56,29 +56,3 @@ class Policy(ABC):
 
     async def close(self) -> None:
         return None
-
-
-class ScriptedExpert(Policy):
-    """A suite's scripted expert: decides the next cell from the node's state, optionally slips
-    (error_rate) and waits (latency_s, for benchmarks), and wraps the cell in the reply format."""
-
-    def __init__(self, error_rate: float = 0.0, latency_s: float = 0.0, reply_format: str = "thought_python"):
-        from rao_core.agent.parsing import get_format
-
-        self.error_rate, self.latency_s = error_rate, latency_s
-        self.fmt = get_format(reply_format)
-
-    @abstractmethod
-    def next_cell(self, node: NodeState) -> tuple[str, str]:
-        """(thought, code) of the node's next turn."""
-
-    async def generate(self, request: GenerationRequest) -> Generation:
-        if self.latency_s:
-            import asyncio
-
-            await asyncio.sleep(self.latency_s)
-        thought, code = self.next_cell(request.node)
-        return Generation(text=self.fmt.wrap(thought, code))
-
-    def _mistake(self, node: NodeState, scale: float = 1.0) -> bool:
-        return self.error_rate > 0 and node.rng.random() < self.error_rate * scale
