@@ -37,13 +37,14 @@ from pathlib import Path
 import torch
 
 from rao_core.campaign import engines, prepare
-from rao_core.config import RunConfig, load_config
+from rao_core.config import RunConfig
 from rao_core.engines import engine_processes
 from rao_core.engines.hf import HFEngine
 from rao_core.engines.hf_batch import KVSlots, forward_in_slots
 from rao_core.engines.hf_static import StaticDecode, column_bucket
 from rao_core.envs.suites import open_suite
 from rao_core.rollout import load_round, make_policy, rollout_round, summarize
+from rao_core.run import load_config
 
 # The round issue 25 timed: the main job's version 0 then (the default is small-warmstart-7500 now,
 # whose trees are larger, so its round is not the one the figures in docs/engines.md compare).

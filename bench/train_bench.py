@@ -218,7 +218,7 @@ def plan_gib(model, cfg) -> float:
     The plan reads a model folder's config.json and safetensors headers only, so a header without
     the weights stands in for the model (a 4B checkpoint would take a minute to write)."""
     from rao_core import memory
-    from rao_core.config import load_config
+    from rao_core.run import load_config
 
     with tempfile.TemporaryDirectory() as folder:
         model.config.to_json_file(Path(folder) / "config.json")

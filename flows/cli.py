@@ -15,8 +15,9 @@ from pathlib import Path
 
 import yaml
 
-from rao_core.config import ConfigError, load_config, to_dict
+from rao_core.config import ConfigError, to_dict
 from rao_core.envs.checks import RunCheckError, check_run
+from rao_core.run import load_config
 from rao_core.runlock import RunBusy
 
 

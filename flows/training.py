@@ -15,7 +15,8 @@ from prefect import flow, unmapped
 from prefect.task_runners import TaskRunner
 
 from rao_core import campaign, reporting, runlock, tracking
-from rao_core.config import RunConfig, load_config
+from rao_core.config import RunConfig
+from rao_core.run import load_config
 from rao_core.store.parquet import is_complete
 from tasks import stages
 

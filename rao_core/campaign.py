@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from rao_core import tracking
+from rao_core.checkpoints import initial_model as _initial_model
 from rao_core.config import RunConfig
 from rao_core.engines.scope import EngineScope, engine_scope, make_room_for_training
-from rao_core.models.paths import initial_model as _initial_model
 from rao_core.runlock import note_stage
 
 

@@ -26,11 +26,11 @@ import pyarrow as pa
 from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeRun, TreeSpec
+from rao_core.checkpoints import initial_model
 from rao_core.config import RunConfig
 from rao_core.envs.base import select_tasks
 from rao_core.envs.suites import open_suite
 from rao_core.judges import build_judge
-from rao_core.models.paths import initial_model
 from rao_core.models.tokenizer import load_tokenizer
 from rao_core.policy import Policy
 from rao_core.store.parquet import (

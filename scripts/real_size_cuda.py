@@ -73,9 +73,9 @@ def main() -> None:
     import torch
 
     from rao_core import campaign, memory, runlock
-    from rao_core.config import load_config
     from rao_core.envs.suites import open_suite
     from rao_core.rollout import load_round, summarize
+    from rao_core.run import load_config
     from rao_core.store.parquet import read_meta
 
     out = a.out.resolve()

@@ -16,10 +16,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rao_core.config import ConfigError, load_config
+from rao_core.config import ConfigError
 from rao_core.eval.metrics import paired_bootstrap, per_task_success, tree_metrics
 from rao_core.layout import RunLayout
 from rao_core.rollout import Draw, run_rollout
+from rao_core.run import load_config
 from rao_core.store.parquet import read_partition
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from rao_core.config import RunConfig, load_config
+from rao_core.config import RunConfig
 from rao_core.policy import Generation, GenerationRequest, NodeState, Policy
+from rao_core.run import load_config
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

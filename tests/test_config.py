@@ -1,6 +1,7 @@
 import pytest
 
-from rao_core.config import ConfigError, load_config, parse_override
+from rao_core.config import ConfigError, parse_override
+from rao_core.run import load_config
 
 
 def test_defaults_validate():

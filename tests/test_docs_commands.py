@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from flows.cli import parser
-from rao_core.config import ConfigError, load_config
+from rao_core.config import ConfigError
+from rao_core.run import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

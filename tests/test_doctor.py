@@ -19,8 +19,8 @@ def test_a_missing_engine_the_config_needs_fails(capsys):
 
 @pytest.mark.vllm
 def test_this_machine_has_what_the_defaults_need(capsys, vllm_python):
-    from rao_core.config import load_config
     from rao_core.doctor import checks
+    from rao_core.run import load_config
 
     assert main(["doctor", "--set", "policy.kind=vllm"]) == 0
     found = {c.name: c.found for c in checks(load_config())}

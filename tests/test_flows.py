@@ -21,7 +21,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rao_core import campaign, tracking
-from rao_core.config import load_config
+from rao_core.run import load_config
 from rao_core.store.parquet import is_complete
 from tasks import artifacts
 from tests.conftest import TOY

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from rao_core import memory
-from rao_core.config import ConfigError, load_config
+from rao_core.config import ConfigError
+from rao_core.run import load_config
 
 QWEN3_0_6B = dict(vocab=151936, hidden=1024, inter=3072, layers=28, heads=16, kv=8, head_dim=128)
 QWEN3_4B = dict(vocab=151936, hidden=2560, inter=9728, layers=36, heads=32, kv=8, head_dim=128)

@@ -20,9 +20,10 @@ import ray
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from rao_core.config import ConfigError, RunConfig, load_config
+from rao_core.config import ConfigError, RunConfig
 from rao_core.eval.evaluate import evaluate_round, evaluate_shard
 from rao_core.rollout import load_round, rollout_round, rollout_shard, shard_tasks
+from rao_core.run import load_config
 from rao_core.scoring import score_nodes, score_round
 from rao_core.store.db import connect
 from rao_core.store.parquet import is_complete, read_meta, read_partition

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from rao_core.config import load_config
 from rao_core.rollout import rollout_round
+from rao_core.run import load_config
 
 pytestmark = pytest.mark.slow  # two real rounds of the tiny model
 

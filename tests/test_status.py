@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flows.cli import main
 from rao_core import campaign
-from rao_core.config import load_config
+from rao_core.run import load_config
 from tests.conftest import TOY
 
 

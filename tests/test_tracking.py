@@ -10,7 +10,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rao_core import tracking
-from rao_core.config import load_config
+from rao_core.run import load_config
 
 pytestmark = pytest.mark.slow  # four interpreters importing MLflow
 
@@ -19,7 +19,7 @@ CAMPAIGN = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from rao_core import tracking
-    from rao_core.config import load_config
+    from rao_core.run import load_config
 
     runs, name, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     cfg = load_config(overrides=[f"runs_dir={runs}", f"run_name={name}"])

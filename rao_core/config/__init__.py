@@ -1,13 +1,14 @@
-"""The run configuration: sections (every default, help string and rule) and loading.
+"""The run configuration: sections (every default, help string and rule), the parsing and merging of
+layers. A run's configuration is loaded by rao_core.run.load_config (above the suites, whose
+defaults are a layer):
 
-from rao_core.config import load_config
+from rao_core.run import load_config
 cfg = load_config("run.yaml", ["agent.max_depth=3"])   # ConfigError (one line) on bad input
 """
 
 from rao_core.config.loading import (
     ConfigError,
     build,
-    load_config,
     parse_override,
     save_config,
     to_dict,
@@ -33,6 +34,6 @@ __all__ = [
     "AgentConfig", "CampaignConfig", "ConfigError",
     "DeepDiveConfig", "EvalConfig", "JudgeConfig", "OolongConfig", "PolicyConfig", "RolloutConfig",
     "RunConfig", "SandboxConfig", "ScoringConfig", "TaskConfig", "TrackingConfig", "TrainConfig",
-    "WarmStartConfig", "WorldConfig", "build", "ENGINES", "HFPolicy", "VLLMPolicy", "OpenAIPolicy", "ScriptedPolicy", "load_config", "opt", "parse_override", "save_config",
+    "WarmStartConfig", "WorldConfig", "build", "ENGINES", "HFPolicy", "VLLMPolicy", "OpenAIPolicy", "ScriptedPolicy", "opt", "parse_override", "save_config",
     "to_dict",
 ]  # fmt: skip

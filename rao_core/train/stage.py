@@ -36,20 +36,17 @@ import torch
 import yaml
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from rao_core import checkpoints
+from rao_core.checkpoints import is_complete
 from rao_core.engines.probe import write_probe
+from rao_core.layout import METRICS
 from rao_core.models.locate import adapter_base, is_adapter
 from rao_core.models.tokenizer import load_tokenizer
 from rao_core.train import state
 from rao_core.train.samples import read_rows
 from rao_core.train.trainer import TrainConfig, lora_config, resolve_device, train_rows, world
 
-METRICS = "metrics.json"
 log = logging.getLogger(__name__)
-
-
-def is_complete(path: str | Path) -> bool:
-    """A checkpoint is complete once its metrics.json exists: it is written last, before the rename."""
-    return (Path(path) / METRICS).is_file()
 
 
 def saved_dtype(model_path: Path) -> torch.dtype:
@@ -70,7 +67,7 @@ def load_policy(model_path: Path, cfg: TrainConfig, tokenizer: str | Path | None
     if cfg.lora:
         model = _lora_model(model_path, cfg)
     else:
-        source = state.master_dir(model_path) or model_path
+        source = checkpoints.master_dir(model_path) or model_path
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, local_files_only=True)
     if world()[1] == 1:  # launched: the trainer places each rank's copy (its own GPU, or its shards)
         model.to(resolve_device(cfg))
@@ -84,7 +81,7 @@ def load_reference(origin: Path | None) -> Any:
     """Version 0 in float32, frozen beside the policy: pi_ref of the KL term (train.beta > 0)."""
     if origin is None:
         raise ValueError("train.beta > 0 needs policy version 0 (origin) as the KL term's reference")
-    source = state.master_dir(origin) or origin
+    source = checkpoints.master_dir(origin) or origin
     return AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, local_files_only=True)
 
 
@@ -104,21 +101,6 @@ def _lora_model(model_path: Path, cfg: TrainConfig) -> Any:
         model = get_peft_model(base, lora_config(cfg))
     model.peft_config["default"].base_model_name_or_path = str(Path(base_path).resolve())
     return model
-
-
-def _publish(tmp: Path, out_path: Path, metrics: dict[str, Any]) -> dict[str, Any]:
-    """Write metrics.json last, then rename the folder into place; a concurrent winner is kept."""
-    (tmp / METRICS).write_text(json.dumps(metrics, indent=2, default=str))
-    if out_path.exists() and not is_complete(out_path):  # leftover of a crashed non-atomic writer
-        shutil.rmtree(out_path)
-    try:
-        os.rename(tmp, out_path)
-    except OSError:
-        if not is_complete(out_path):
-            raise
-        shutil.rmtree(tmp, ignore_errors=True)
-        return json.loads((out_path / METRICS).read_text())
-    return metrics
 
 
 def train_round(
@@ -198,7 +180,7 @@ def _train_and_publish(
             shutil.copytree(model_path, tmp, ignore=shutil.ignore_patterns(METRICS))  # its state too
         else:
             model, tok = load_policy(model_path, cfg, tokenizer)
-            opt_file = state.optimizer_file(model_path) if cfg.keep_optimizer_state else None
+            opt_file = checkpoints.optimizer_file(model_path) if cfg.keep_optimizer_state else None
             moments = torch.load(opt_file, map_location="cpu", weights_only=True) if opt_file else None
             before = state.snapshot(model) if cfg.lora else None
             reference = load_reference(origin) if cfg.beta and not cfg.lora else None
@@ -215,9 +197,9 @@ def _train_and_publish(
             _write_checkpoint(model, tok, model_path, origin, tmp, cfg, metrics, optimizer_state, before)
         metrics["stage_seconds"] = time.perf_counter() - t0
         metrics["peak_rss_mib"] = peak_rss_mib()
-        metrics = _publish(tmp, out_path, metrics)
+        metrics = checkpoints.publish(tmp, out_path, metrics)
         if model_path.parent == out_path.parent:  # the run's own checkpoints: only the latest keeps
-            state.drop(model_path)  # the trainer state (a 4B model's master and moments: 48 GB)
+            checkpoints.drop_state(model_path)  # the trainer state (a 4B model's master and moments: 48 GB)
         log.info("rank %d wrote checkpoint %s", world()[0], out_path)
         return metrics
     except BaseException:
@@ -240,8 +222,8 @@ def _write_checkpoint(
     cast_parameters(model, torch.float32)  # the served values, computed in float32
     write_probe(model.eval(), tok, tmp)  # how an engine proves it serves these weights
     if optimizer_state is not None:
-        (tmp / state.STATE).mkdir(exist_ok=True)
-        torch.save(optimizer_state, tmp / state.STATE / state.OPTIMIZER)
+        (tmp / checkpoints.STATE).mkdir(exist_ok=True)
+        torch.save(optimizer_state, tmp / checkpoints.STATE / checkpoints.OPTIMIZER)
     del model  # the flow process lives on: hand the GPU memory back before the next stage
     gc.collect()
     if torch.cuda.is_available():
@@ -260,8 +242,10 @@ def _save_full(model: Any, model_path: Path, origin: Path | None, tmp: Path) -> 
     in the served dtype (the caller upcasts them again for the probe)."""
     dtype = saved_dtype(model_path)
     if dtype != torch.float32:
-        model.save_pretrained(tmp / state.STATE / state.MASTER)
-    change = state.full_change(model.state_dict(), model_path, state.master_dir(model_path), origin, dtype)
+        model.save_pretrained(tmp / checkpoints.STATE / checkpoints.MASTER)
+    change = state.full_change(
+        model.state_dict(), model_path, checkpoints.master_dir(model_path), origin, dtype
+    )
     cast_parameters(model, dtype)
     model.save_pretrained(tmp)
     return {**change, "served_dtype": str(dtype).removeprefix("torch.")}
@@ -341,7 +325,8 @@ def launch_round(
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of one launched training stage; rank 0 prints the round's metrics as JSON."""
-    from rao_core.config import load_config
+    from rao_core.config import build, parse_override
+    from rao_core.config.loading import merge_layers
 
     p = argparse.ArgumentParser(prog="python -m rao_core.train.stage", description=__doc__.split("\n")[0])
     p.add_argument("--run-dir", required=True, type=Path, help="the run folder (rollouts and scores)")
@@ -358,7 +343,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    cfg = load_config(a.config, a.set).train
+    layers = [yaml.safe_load(a.config.read_text()) or {}] if a.config else []
+    layers += [parse_override(text) for text in a.set]
+    cfg = build({"train": merge_layers(layers).get("train", {})}).train  # the only section it reads
     metrics = train_round(a.run_dir, a.round, a.model, a.out, cfg, a.origin, a.tokenizer)
     if world()[0] == 0:
         print(json.dumps({k: v for k, v in metrics.items() if k != "config"}, default=str))

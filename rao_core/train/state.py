@@ -22,7 +22,6 @@ exact. A LoRA adapter is float32 itself: it is its own master.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,29 +29,7 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-STATE = "trainer_state"
-MASTER = "master"
-OPTIMIZER = "optimizer.pt"
-
-
-def master_dir(ckpt: Path) -> Path | None:
-    """The float32 master weights saved with checkpoint `ckpt`, if any."""
-    path = Path(ckpt) / STATE / MASTER
-    return path if (path / "config.json").is_file() else None
-
-
-def optimizer_file(ckpt: Path) -> Path | None:
-    """AdamW's saved state for the round after `ckpt` (also the layout of runs before 2026-12)."""
-    for path in (Path(ckpt) / STATE / OPTIMIZER, Path(ckpt) / OPTIMIZER):
-        if path.is_file():
-            return path
-    return None
-
-
-def drop(ckpt: Path) -> None:
-    """Forget the trainer state of an older checkpoint (its served weights stay)."""
-    shutil.rmtree(Path(ckpt) / STATE, ignore_errors=True)
-    (Path(ckpt) / OPTIMIZER).unlink(missing_ok=True)
+from rao_core.checkpoints import master_dir
 
 
 def tensors(folder: Path) -> Iterator[tuple[str, torch.Tensor]]:

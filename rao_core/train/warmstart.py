@@ -40,10 +40,10 @@ from trl import SFTConfig, SFTTrainer
 from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeRun, TreeSpec
+from rao_core.checkpoints import initial_model
 from rao_core.config import AgentConfig, WarmStartConfig
 from rao_core.envs.base import Suite
 from rao_core.eval.metrics import wilson_interval
-from rao_core.models.paths import initial_model
 from rao_core.models.tiny import build_tiny_model, load_checkpoint, save_checkpoint
 from rao_core.models.tokenizer import load_tokenizer, tiny_tokenizer
 from rao_core.policy import Policy

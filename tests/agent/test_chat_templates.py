@@ -15,9 +15,9 @@ import pytest
 
 from rao_core import campaign, rollout
 from rao_core.agent.prompts import ChatFraming
-from rao_core.config import load_config
 from rao_core.envs.suites import open_suite
 from rao_core.policy import Generation, GenerationRequest, Policy
+from rao_core.run import load_config
 from rao_core.train.samples import read_rows
 from tests.agent.families import FAMILIES, checkpoint
 

@@ -13,7 +13,7 @@ import pytest
 
 from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeSpec
-from rao_core.config import AgentConfig, ConfigError, JudgeConfig, SandboxConfig, load_config
+from rao_core.config import AgentConfig, ConfigError, JudgeConfig, SandboxConfig
 from rao_core.engines.hf import HFEngine
 from rao_core.engines.hf_process import ProcessEngine, ReplicatedEngine
 from rao_core.engines.server import start_background
@@ -22,6 +22,7 @@ from rao_core.judges import ModelJudge, build_judge, judge_prompt
 from rao_core.models.tiny import save_checkpoint
 from rao_core.query import run_query
 from rao_core.rollout import tree_rows
+from rao_core.run import load_config
 from rao_core.store.parquet import write_partition
 from rao_core.store.schema import NODE_SCHEMA
 from rao_core.verdicts import (

@@ -75,7 +75,7 @@ def test_a_suite_success_outside_the_contract_fails_its_node(value):
 
 
 def _rows_cfg():
-    from rao_core.config import load_config
+    from rao_core.run import load_config
 
     return load_config(None, ["policy.kind=scripted"])
 

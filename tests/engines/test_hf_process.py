@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from rao_core.config import load_config
 from rao_core.engines import build_engine, engine_processes
 from rao_core.engines.hf import HFEngine
 from rao_core.engines.hf_process import EngineProcess, EngineSpec, ProcessEngine, ReplicatedEngine
@@ -21,6 +20,7 @@ from rao_core.engines.scope import engine_scope
 from rao_core.models.tiny import save_checkpoint
 from rao_core.models.tokenizer import tiny_tokenizer
 from rao_core.policy import Generation, GenerationRequest, NodeState, Policy
+from rao_core.run import load_config
 from tests.engines import req, small_model
 
 TOK = tiny_tokenizer()

@@ -12,9 +12,9 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from rao_core.config import load_config
 from rao_core.engines.scope import engine_scope
 from rao_core.rollout import rollout_round
+from rao_core.run import load_config
 
 pytestmark = pytest.mark.vllm
 ROUND = ["policy.kind=vllm", "rollout.num_tasks=4", "rollout.group_size=2", "rollout.difficulty=medium"]

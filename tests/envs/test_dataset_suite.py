@@ -11,9 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from rao_core.agent.runner import run_trees
-from rao_core.config import ConfigError, load_config
+from rao_core.config import ConfigError
 from rao_core.envs.suites import open_suite
 from rao_core.rollout import Draw, draw_trees
+from rao_core.run import load_config
 from rao_core.verdicts import ScriptedJudge
 from tests.agent.test_runtime import CHAT
 from tests.conftest import CellScript

@@ -456,7 +456,7 @@ def test_expert_mistakes_make_imperfect_trees(tmp_path):
 
 
 def test_config_file_and_field_errors():
-    from rao_core.config import load_config
+    from rao_core.run import load_config
 
     cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / "deepdive-synth.yaml")
     assert cfg.suite == "deepdive" and cfg.agent.max_depth == 4 and cfg.scoring.lam == 0.0

@@ -14,7 +14,7 @@ import pytest
 
 from rao_core.agent.parsing import get_format
 from rao_core.agent.prompts import system_prompt, user_prompt
-from rao_core.config import AgentConfig, ConfigError, OolongConfig, load_config
+from rao_core.config import AgentConfig, ConfigError, OolongConfig
 from rao_core.envs.base import LaunchError
 from rao_core.envs.oolong import (
     KINDS,
@@ -43,6 +43,7 @@ from rao_core.envs.oolong.tasks import bucket_chars
 from rao_core.envs.suites import open_suite
 from rao_core.eval.evaluate import evaluate_round
 from rao_core.rollout import load_round, rollout_round
+from rao_core.run import load_config
 from rao_core.scoring import score_round
 from rao_core.store.parquet import read_partition
 

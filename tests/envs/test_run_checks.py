@@ -10,9 +10,9 @@ import uuid
 import pytest
 
 from flows.cli import main
-from rao_core.config import load_config
 from rao_core.envs.checks import RunCheckError, check_tasks
 from rao_core.envs.suites import open_suite
+from rao_core.run import load_config
 from tests.envs.test_suite_plugins import USER_SUITE
 
 ECHO = "suite=usertasks.echo:EchoSuite"

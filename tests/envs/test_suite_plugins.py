@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from rao_core.agent.runner import run_trees
-from rao_core.config import ConfigError, load_config
+from rao_core.config import ConfigError
 from rao_core.envs.registry import registered, suite_class
 from rao_core.envs.suites import TextCraftSmallData, open_suite
 from rao_core.rollout import Draw, draw_trees
+from rao_core.run import load_config
 from tests.agent.test_runtime import CHAT
 from tests.conftest import CellScript
 

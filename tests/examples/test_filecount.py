@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from rao_core.config import load_config
 from rao_core.envs.suites import open_suite
 from rao_core.rollout import rollout_round
+from rao_core.run import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

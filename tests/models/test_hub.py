@@ -7,9 +7,10 @@ import huggingface_hub.constants
 import pytest
 
 from rao_core import campaign, rollout
-from rao_core.config import ConfigError, load_config
+from rao_core.checkpoints import initial_model
+from rao_core.config import ConfigError
 from rao_core.envs.suites import open_suite
-from rao_core.models.paths import initial_model
+from rao_core.run import load_config
 from tests.agent.families import FAMILIES, checkpoint
 
 REPO, COMMIT = "Org/Tiny-Qwen3", "0123456789abcdef0123456789abcdef01234567"

@@ -23,12 +23,12 @@ from safetensors.torch import load_file
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from rao_core import memory
-from rao_core.config import load_config
+from rao_core.checkpoints import master_dir, optimizer_file
 from rao_core.models.tokenizer import tiny_tokenizer
+from rao_core.run import load_config
 from rao_core.train.flops import peak_bf16_tflops
 from rao_core.train.samples import Row, make_row
 from rao_core.train.stage import load_policy, train_round
-from rao_core.train.state import master_dir, optimizer_file
 from rao_core.train.trainer import TrainConfig, train_rows
 from tests.train.test_master_weights import bf16_checkpoint
 from tests.train.test_stage import write_round

@@ -9,10 +9,11 @@ import torch
 from safetensors.torch import load_file
 
 from rao_core import campaign
-from rao_core.config import load_config
+from rao_core.checkpoints import is_complete
 from rao_core.models.tokenizer import tiny_tokenizer
+from rao_core.run import load_config
 from rao_core.train.samples import microbatches, plan_steps
-from rao_core.train.stage import is_complete, train_round
+from rao_core.train.stage import train_round
 from rao_core.train.trainer import rank_batches
 from tests.train import one_thread, random_rows  # noqa: F401 (autouse fixture)
 from tests.train.test_stage import checkpoint, write_round  # noqa: F401 (fixture)

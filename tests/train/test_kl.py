@@ -13,9 +13,9 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
+from rao_core.checkpoints import master_dir
 from rao_core.train.samples import read_rows
 from rao_core.train.stage import train_round
-from rao_core.train.state import master_dir
 from rao_core.train.trainer import TrainConfig
 from tests.train import one_thread, reference_kl  # noqa: F401 (autouse fixture)
 from tests.train.test_master_weights import bf16_checkpoint, scored_rounds

@@ -15,13 +15,13 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from rao_core import campaign
-from rao_core.config import load_config
+from rao_core.checkpoints import optimizer_file
 from rao_core.engines.hf import HFEngine
 from rao_core.models.locate import SHIPPED, adapter_base, is_adapter
 from rao_core.models.tokenizer import tiny_tokenizer
+from rao_core.run import load_config
 from rao_core.train.samples import read_rows
 from rao_core.train.stage import train_round
-from rao_core.train.state import optimizer_file
 from rao_core.train.trainer import TrainConfig, lora_config, train_rows
 from tests.train import one_thread, tiny_model  # noqa: F401 (autouse fixture)
 from tests.train.test_master_weights import bf16_checkpoint, scored_rounds

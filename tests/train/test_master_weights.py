@@ -15,10 +15,10 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from rao_core.checkpoints import STATE, master_dir, optimizer_file
 from rao_core.models.tokenizer import tiny_tokenizer
 from rao_core.train.samples import read_rows
 from rao_core.train.stage import train_round
-from rao_core.train.state import STATE, master_dir, optimizer_file
 from rao_core.train.trainer import TrainConfig, train_rows
 from tests.train import one_thread, tiny_model  # noqa: F401 (autouse fixture)
 from tests.train.test_stage import write_round
@@ -116,7 +116,7 @@ def test_the_probe_is_that_of_the_served_bf16_weights(tmp_path):
 
 def test_a_round_that_changes_no_served_weight_says_so(tmp_path):
     from rao_core import campaign, reporting
-    from rao_core.config import load_config
+    from rao_core.run import load_config
 
     run, v0 = tmp_path / "runs" / "r", bf16_checkpoint(tmp_path / "v0")
     scored_rounds(run, 1)
@@ -138,7 +138,7 @@ def test_resume_after_a_kill_restores_master_and_moments(tmp_path):
     killed = (
         "import os, signal, sys\n"
         "import rao_core.train.stage as stage\n"
-        "stage._publish = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "stage.checkpoints.publish = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
         "stage.main(sys.argv[1:])\n"
     )
     args = ["--run-dir", str(run), "--round", "1", "--model", str(v1), "--out", str(v2), "--origin", str(v0)]

@@ -11,14 +11,14 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rao_core.config import ScoringConfig
-from rao_core.layout import RunLayout
+from rao_core.layout import METRICS, RunLayout
 from rao_core.models.tokenizer import tiny_tokenizer
 from rao_core.scoring import score_round
 from rao_core.store.db import connect
 from rao_core.store.parquet import write_partition
 from rao_core.store.schema import NODE_SCHEMA
 from rao_core.train.samples import read_rows
-from rao_core.train.stage import METRICS, train_round
+from rao_core.train.stage import train_round
 from rao_core.train.trainer import TrainConfig
 from tests.train import one_thread, tiny_model  # noqa: F401 (autouse fixture)
 
@@ -136,7 +136,7 @@ def test_adam_moments_carry_over_from_round_to_round(tmp_path, checkpoint):
     fresh optimiser on the same data takes a different step, so the state is really used."""
     import dataclasses
 
-    from rao_core.train.state import optimizer_file
+    from rao_core.checkpoints import optimizer_file
 
     run = tmp_path / "run"
     write_round(run, [1.0, 0.0, 1.0, 0.0])

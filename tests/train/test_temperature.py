@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rao_core import campaign
-from rao_core.config import load_config
+from rao_core.run import load_config
 from rao_core.scoring import score_round
 from rao_core.train.samples import logprob_temperature, make_row
 

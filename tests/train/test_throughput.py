@@ -11,11 +11,12 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from rao_core.checkpoints import optimizer_file
+from rao_core.layout import METRICS
 from rao_core.models.tokenizer import tiny_tokenizer
 from rao_core.train.flops import flop_shape, peak_bf16_tflops, throughput, train_flops
 from rao_core.train.samples import read_rows
-from rao_core.train.stage import METRICS, train_round
-from rao_core.train.state import optimizer_file
+from rao_core.train.stage import train_round
 from rao_core.train.trainer import TrainConfig, grpo_args
 from tests.train import one_thread, tiny_model  # noqa: F401 (autouse fixture)
 from tests.train.test_stage import write_round
@@ -103,7 +104,7 @@ def test_fused_adamw_is_cuda_only(tmp_path):
 def test_a_round_reports_tokens_per_s_and_tflops(tmp_path):
     """The stage's metrics.json, the round's log line; on the CPU the optimizer is the plain AdamW."""
     from rao_core import reporting
-    from rao_core.config import load_config
+    from rao_core.run import load_config
 
     v0 = tmp_path / "v0"
     tiny_model(seed=3).save_pretrained(v0)

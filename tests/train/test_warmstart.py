@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from rao_core.agent.prompts import ChatFraming
-from rao_core.config import load_config
 from rao_core.envs.suites import open_suite
 from rao_core.models.tiny import build_tiny_model, load_checkpoint
 from rao_core.models.tokenizer import tiny_tokenizer
+from rao_core.run import load_config
 from rao_core.train.warmstart import (
     SharedPrefixCollator,
     SharedPrefixSFTTrainer,

