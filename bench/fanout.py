@@ -32,8 +32,10 @@ from rao_core.envs.textcraft import (
     solve,
 )
 from rao_core.envs.textcraft.expert import TextCraftExpert
+from rao_core.eval.metrics import load_round, summarize
 from rao_core.models.tokenizer import tiny_tokenizer
-from rao_core.rollout import load_round, rollout_round, summarize
+from rao_core.run import Run
+from rao_core.stages.rollout import roll_out
 
 
 def bench_world(longest: int = 34) -> tuple[World, str, list[int]]:
@@ -101,9 +103,9 @@ def main() -> None:
         cfg.rollout.difficulty, cfg.rollout.num_tasks, cfg.rollout.group_size = "medium", args.trees // 2, 2
         cfg.policy.error_rate = 0.0
         start = time.perf_counter()
-        rollout_round(cfg)
+        roll_out(Run(cfg), 0)
         wall = time.perf_counter() - start
-        s = summarize(load_round(cfg, 0))
+        s = summarize(load_round(cfg.layout, 0))
     print(
         f"overhead: {s['trees']} trees, {s['nodes']} nodes, {s['node_turns']} node-turns in {wall:.2f}s "
         f"(incl. writing Parquet): {s['node_turns'] / wall:.0f} node-turns/s, "

@@ -36,15 +36,17 @@ from pathlib import Path
 
 import torch
 
-from rao_core.campaign import engines, prepare
+from rao_core.campaign import engines
 from rao_core.config import RunConfig
 from rao_core.engines import engine_processes
 from rao_core.engines.hf import HFEngine
 from rao_core.engines.hf_batch import KVSlots, forward_in_slots
 from rao_core.engines.hf_static import StaticDecode, column_bucket
 from rao_core.envs.suites import open_suite
-from rao_core.rollout import load_round, make_policy, rollout_round, summarize
-from rao_core.run import load_config
+from rao_core.eval.metrics import load_round, summarize
+from rao_core.run import Run, load_config
+from rao_core.stages.common import open_policy, prepare
+from rao_core.stages.rollout import roll_out
 
 # The round issue 25 timed: the main job's version 0 then (the default is small-warmstart-7500 now,
 # whose trees are larger, so its round is not the one the figures in docs/engines.md compare).
@@ -110,9 +112,7 @@ def replay(model, calls: list[tuple]) -> float:
 
 def tokens(cfg) -> list[tuple]:
     """The round's nodes, in a fixed order, as what they sampled."""
-    rows = (
-        load_round(cfg, cfg.rollout.round).select(["task_id", "sample", "node_id", "token_ids"]).to_pylist()
-    )
+    rows = load_round(cfg.layout, 0).select(["task_id", "sample", "node_id", "token_ids"]).to_pylist()
     return sorted(tuple(r.values()) for r in rows)
 
 
@@ -132,7 +132,7 @@ def ray_passes(overrides: list[str], shards: int) -> tuple[list[float], RunConfi
     @flow(name="rollout-bench")
     def passes() -> list[float]:
         seconds = []
-        with ray_session(load_config(None, cfgs["ray-first"])):
+        with ray_session(Run.load(None, cfgs["ray-first"])):
             for over in cfgs.values():
                 start = time.perf_counter()
                 rollout_flow(overrides=over)
@@ -154,22 +154,24 @@ def main() -> None:
     base = [f"runs_dir={runs_dir}", f"policy.model={MODEL}", *args.set]
     cfg = load_config(None, [*base, "run_name=bench"])
     in_process = load_config(None, [*base, "run_name=bench-in-process", "policy.engine_processes=0"])
-    with engines(cfg) as scope:
-        prepare(cfg)
+    with engines(Run(cfg)) as scope:
+        prepare(Run(cfg))
         open_suite(cfg)  # the suite's imports: once per process, not once per round
-        asyncio.run(make_policy(cfg, open_suite(cfg))[0].close())  # start the engine processes
+        asyncio.run(
+            open_policy(Run(cfg), open_suite(cfg), 0, cfg.agent.max_context_tokens)[0].close()
+        )  # start the engine processes
         calls, engines_seen, stop_recording = record_forwards()
         start = time.perf_counter()
-        rollout_round(in_process)
+        roll_out(Run(in_process), 0)
         seconds_in_process = time.perf_counter() - start
         stop_recording()
         parent_peak = peak_gib("self")  # the in-process round's engine included
         start = time.perf_counter()
-        rollout_round(cfg)
+        roll_out(Run(cfg), 0)
         rollout = time.perf_counter() - start
         child_peaks = [peak_gib(p.process.pid) for p in scope.hf_processes.values()]
         child_idle = [peak_gib(p.process.pid, "VmRSS") for p in scope.hf_processes.values()]
-    s = summarize(load_round(cfg, cfg.rollout.round))
+    s = summarize(load_round(cfg.layout, 0))
     decode = [c for c in calls if c[0].shape[1] == 1]
     rows = max(1, sum(c[0].shape[0] for c in decode))
     read = sum((j - i) * n for c in decode for i, j, n in c[4])  # columns attended, padding included

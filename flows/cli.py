@@ -84,10 +84,12 @@ def _print_campaign(cfg) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from rao_core import reporting
     from rao_core.envs.suites import difficulty_order
+    from rao_core.run import Run
+    from rao_core.stages import report
 
-    summary = reporting.campaign_summary(cfg)
+    run = Run(cfg)
+    summary = report.campaign_summary(run)
     seen = {d for v in summary.values() for d in v if d != "all"}
     difficulties = [d for d in difficulty_order(cfg) if d in seen] + sorted(seen - set(difficulty_order(cfg)))
     table = Table(title=f"held-out success: {cfg.run_dir}")
@@ -96,7 +98,7 @@ def _print_campaign(cfg) -> None:
     for version, row in summary.items():
         table.add_row(version, *(f"{row.get(d, float('nan')):.3f}" for d in (*difficulties, "all")))
     Console().print(table)
-    for line in reporting.gain_lines(cfg) + reporting.signal_lines(cfg):
+    for line in report.gain_lines(run) + report.signal_lines(run):
         print(line)
 
 
@@ -147,10 +149,8 @@ def _free(cfg) -> None:
 
 def _branch(args: argparse.Namespace, cfg):
     """The configuration of the branch `--branch` names, and the first round it does not share."""
-    from rao_core import campaign
-
     branched = load_config(args.config, [*args.overrides, f"run_name={args.branch}"])
-    return branched, campaign.completed_rounds(cfg) if args.from_round is None else args.from_round
+    return branched, cfg.layout.completed_rounds() if args.from_round is None else args.from_round
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -231,6 +231,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from rao_core import campaign, resume, runlock
+    from rao_core.run import Run
 
     cfg = load_config(args.config, args.overrides)
     if not cfg.run_dir.is_dir():
@@ -240,9 +241,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     if (writer := runlock.holder(cfg.run_dir)) is not None:
         print(f"in progress: {runlock.describe(writer)}")
     stored = resume.stored_config(cfg.run_dir) or {}  # the run's own rounds, not this command's default
-    rounds = max(stored.get("campaign", {}).get("rounds", 0), campaign.completed_rounds(cfg))
-    table = Table(title=f"{cfg.run_dir}: {campaign.completed_rounds(cfg)} of {rounds} rounds complete")
-    rows = campaign.status(cfg, rounds or None)
+    run = Run(cfg)
+    rounds = max(stored.get("campaign", {}).get("rounds", 0), campaign.completed_rounds(run))
+    table = Table(title=f"{cfg.run_dir}: {campaign.completed_rounds(run)} of {rounds} rounds complete")
+    rows = campaign.status(run, rounds or None)
     for col in rows[0]:
         table.add_column(col)
     for row in rows:
@@ -254,8 +256,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_rollout(args: argparse.Namespace) -> int:
     from rao_core import runlock
-    from rao_core.campaign import engines, prepare
-    from rao_core.rollout import load_round, rollout_round, summarize
+    from rao_core.campaign import engines
+    from rao_core.eval.metrics import load_round, summarize
+    from rao_core.run import Run
+    from rao_core.stages.common import prepare
+    from rao_core.stages.rollout import roll_out
 
     cfg = _checked(args)
     if args.check:
@@ -264,12 +269,13 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         _prefect_env()
         from flows.training import rollout_flow
 
-        path = rollout_flow(config=args.config, overrides=args.overrides)
+        path = rollout_flow(config=args.config, overrides=args.overrides, round_=args.round)
     else:
-        with runlock.writing(cfg.run_dir, "rao rollout"), engines(cfg):
-            prepare(cfg)
-            path = rollout_round(cfg, progress=not args.no_progress)
-    _print_summary(summarize(load_round(cfg, cfg.rollout.round)), str(path))
+        run = Run(cfg)
+        with runlock.writing(cfg.run_dir, "rao rollout"), engines(run):
+            prepare(run)
+            path = roll_out(run, args.round, progress=not args.no_progress)
+    _print_summary(summarize(load_round(cfg.layout, args.round)), str(path))
     return 0
 
 
@@ -281,9 +287,9 @@ def cmd_score(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, args.overrides)
     with runlock.writing(cfg.run_dir, "rao score"):
-        path = score_round(cfg.run_dir, cfg.rollout.round, cfg.scoring)
+        path = score_round(cfg.run_dir, args.round, cfg.scoring)
     print(f"scores -> {path}")
-    print(json.dumps(scores_summary(cfg.run_dir, cfg.rollout.round), indent=2, default=str))
+    print(json.dumps(scores_summary(cfg.run_dir, args.round), indent=2, default=str))
     return 0
 
 
@@ -407,11 +413,15 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("rollout", help="roll out G trees for each of N root tasks to Parquet")
     _config_args(p, check=True)
+    p.add_argument(
+        "--round", type=int, default=0, help="the round to roll out, with policy version ROUND (default 0)"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_rollout)
 
     p = sub.add_parser("score", help="score a rolled-out round in SQL (rewards, baselines, advantages)")
     _config_args(p)
+    p.add_argument("--round", type=int, default=0, help="the round to score (default 0)")
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("synth", help="synthesize the world and task files of a run")

@@ -14,27 +14,27 @@ from pathlib import Path
 from prefect import flow, unmapped
 from prefect.task_runners import TaskRunner
 
-from rao_core import campaign, reporting, runlock, tracking
-from rao_core.config import RunConfig
-from rao_core.run import load_config
+from rao_core import campaign, runlock, tracking
+from rao_core.run import Run
+from rao_core.stages import report
 from rao_core.store.parquet import is_complete
 from tasks import stages
 
 
-def _config(config: str | None, overrides: list[str] | None) -> RunConfig:
-    return load_config(config, overrides or [])
+def _run(config: str | None, overrides: list[str] | None) -> Run:
+    return Run.load(config, overrides or [])
 
 
 @contextlib.contextmanager
-def writing(cfgs: list[RunConfig], command: str):
+def writing(runs: list[Run], command: str):
     """One writer per run folder (rao_core/runlock.py): every arm's folder, for the flow's life. A
     flow whose folder another run writes (a scheduled round, a run started from the UI) waits for
     it, with a line in its log, rather than failing: the folder is the queue."""
     from prefect import get_run_logger
 
     with contextlib.ExitStack() as stack:
-        for cfg in cfgs:
-            stack.enter_context(runlock.writing(cfg.run_dir, command, wait=get_run_logger().info))
+        for run in runs:
+            stack.enter_context(runlock.writing(run.dir, command, wait=get_run_logger().info))
         yield
 
 
@@ -43,11 +43,11 @@ SHARD_RAY_RETRIES = 2
 
 
 @contextlib.contextmanager
-def ray_session(cfg: RunConfig):
+def ray_session(run: Run):
     """With `rollout.runner=ray`, one Ray connection for the whole flow run: every round's shards
     reuse it and its warm workers (a local instance takes 7-11 s to start here, about as long as a
     sharded round). The task runner below finds Ray initialised and leaves it running."""
-    if cfg.rollout.runner != "ray":
+    if run.config.rollout.runner != "ray":
         yield
         return
     import ray
@@ -55,23 +55,23 @@ def ray_session(cfg: RunConfig):
     if ray.is_initialized():
         yield
         return
-    ray.init(address=cfg.rollout.ray_address or None)
+    ray.init(address=run.config.rollout.ray_address or None)
     try:
         yield
     finally:
         ray.shutdown()
 
 
-def ray_runner(cfg: RunConfig) -> TaskRunner:
+def ray_runner(run: Run) -> TaskRunner:
     """Prefect's Ray task runner on `rollout.ray_address` ('' starts a local Ray instance for the
     flow run; an already initialised Ray in this process is used as is)."""
     from prefect_ray import RayTaskRunner
 
-    return RayTaskRunner(init_kwargs={"address": cfg.rollout.ray_address or None})
+    return RayTaskRunner(init_kwargs={"address": run.config.rollout.ray_address or None})
 
 
 @flow(name="rao-shards", log_prints=True, validate_parameters=False)
-def shards_flow(cfg: RunConfig, stage: str, index: int) -> list[str]:
+def shards_flow(run: Run, stage: str, index: int) -> list[str]:
     """Every shard of round `index`'s rollout (`stage` "rollout") or of version `index`'s evaluation
     ("evaluate") as one task run, mapped over the flow's task runner (Ray), each reserving
     `rollout.num_cpus_per_shard` CPUs and `num_gpus_per_shard` GPUs. The run folder goes out as an
@@ -79,113 +79,113 @@ def shards_flow(cfg: RunConfig, stage: str, index: int) -> list[str]:
     from prefect_ray.context import remote_options
 
     shard_task = {"rollout": stages.rollout_shard, "evaluate": stages.evaluate_shard}[stage]
-    cfg = dataclasses.replace(cfg, runs_dir=str(Path(cfg.runs_dir).resolve()))
-    r = cfg.rollout
+    run = Run(dataclasses.replace(run.config, runs_dir=str(Path(run.config.runs_dir).resolve())))
+    r = run.config.rollout
     with remote_options(
         num_cpus=r.num_cpus_per_shard, num_gpus=r.num_gpus_per_shard, max_retries=SHARD_RAY_RETRIES
     ):
-        futures = shard_task.map(unmapped(cfg), index, range(r.shards))
+        futures = shard_task.map(unmapped(run), index, range(r.shards))
     return futures.result()
 
 
-def shards_on_ray(cfg: RunConfig, stage: str, index: int) -> None:
-    shards_flow.with_options(name=f"rao-{stage}-shards", task_runner=ray_runner(cfg))(cfg, stage, index)
+def shards_on_ray(run: Run, stage: str, index: int) -> None:
+    shards_flow.with_options(name=f"rao-{stage}-shards", task_runner=ray_runner(run))(run, stage, index)
 
 
-def rollout(cfg: RunConfig, round_: int) -> str:
+def rollout(run: Run, round_: int) -> str:
     """The round's rollout. With `rollout.runner=ray` the shards run first, in parallel on the Ray
     cluster, and the rollout task then only seals the round; locally it runs the shards in turn."""
-    if cfg.rollout.runner == "ray" and not is_complete(cfg.layout.rollouts(round_)):
-        shards_on_ray(cfg, "rollout", round_)
-    return stages.rollout(cfg, round_)
+    if run.config.rollout.runner == "ray" and not is_complete(run.layout.rollouts(round_)):
+        shards_on_ray(run, "rollout", round_)
+    return stages.rollout(run, round_)
 
 
-def evaluate(cfg: RunConfig, version: int) -> dict:
+def evaluate(run: Run, version: int) -> dict:
     """Version `version`'s evaluation, its shards on Ray first like a round's rollout."""
-    if cfg.rollout.runner == "ray" and not is_complete(cfg.layout.eval(version)):
-        shards_on_ray(cfg, "evaluate", version)
-    return stages.evaluate(cfg, version)
+    if run.config.rollout.runner == "ray" and not is_complete(run.layout.eval(version)):
+        shards_on_ray(run, "evaluate", version)
+    return stages.evaluate(run, version)
 
 
-def run_round(cfg: RunConfig, round_: int) -> dict:
+def run_round(run: Run, round_: int) -> dict:
     """One round: rollout (v_r) -> score -> train (v_r+1) -> evaluate (v_r+1) -> report. A
     campaign whose v0 solves nothing and whose round 0 has no spread stops there (CampaignStopped)."""
-    rollout(cfg, round_)
-    stages.score(cfg, round_)
-    if round_ == 0 and (why := campaign.hopeless_start(cfg)):
+    rollout(run, round_)
+    stages.score(run, round_)
+    if round_ == 0 and (why := campaign.hopeless_start(run)):
         raise campaign.CampaignStopped(why)
-    stages.train(cfg, round_)
-    evaluate(cfg, round_ + 1)
-    return stages.report(cfg, round_)
+    stages.train(run, round_)
+    evaluate(run, round_ + 1)
+    return stages.report(run, round_)
 
 
 @flow(name="rao-train", log_prints=True)
 def train_flow(config: str | None = None, overrides: list[str] | None = None) -> dict:
     """The main job: synthesize, warm start, evaluate v0, then `campaign.rounds` rounds (of the
     single-agent control arm too, with `campaign.control_arm`)."""
-    cfg = _config(config, overrides)
-    arms = campaign.arms(cfg)
+    run = _run(config, overrides)
+    arms = run.arms()
     with writing(arms, "rao train"):
         for arm in arms:
             stages.synthesize(arm)
-        stopped = _rounds(cfg, arms)
+        stopped = _rounds(run, arms)
     if stopped:
         stages.log_lines(f"WARNING: {stopped}")
-        return {**reporting.campaign_summary(cfg), "stopped": stopped}
-    return reporting.campaign_summary(cfg)
+        return {**report.campaign_summary(run), "stopped": stopped}
+    return report.campaign_summary(run)
 
 
-def _rounds(cfg: RunConfig, arms: list[RunConfig]) -> str | None:
+def _rounds(run: Run, arms: list[Run]) -> str | None:
     """Warm start and v0 of every arm, then the rounds, the arms interleaved. Returns why the
     campaign stopped early, if it did."""
     # MLflow: RUNNING, then FINISHED / FAILED / KILLED; a vLLM server lives as long as the campaign
-    with tracking.campaign_status(arms), campaign.engines(cfg), ray_session(cfg):
+    with tracking.campaign_status([a.config for a in arms]), campaign.engines(run), ray_session(run):
         for arm in arms:
             stages.warm_start(arm)
             stages.log_baseline(arm, evaluate(arm, 0))
-        for r in range(cfg.campaign.rounds):
+        for r in range(run.config.campaign.rounds):
             try:
                 for arm in arms:  # interleaved, so both learning curves grow side by side
                     run_round(arm, r)
             except campaign.CampaignStopped as e:
-                stages.campaign_report(cfg)
+                stages.campaign_report(run)
                 return str(e)
-            stages.campaign_report(cfg)
+            stages.campaign_report(run)
     return None
 
 
 @flow(name="rao-round", log_prints=True)
 def round_flow(config: str | None = None, overrides: list[str] | None = None) -> dict:
     """One more round on the latest checkpoint (what the schedule runs)."""
-    cfg = _config(config, overrides)
-    arms = campaign.arms(cfg)
+    run = _run(config, overrides)
+    arms = run.arms()
     metrics = []
     with writing(arms, "rao round"):
         for arm in arms:
             stages.synthesize(arm)
-        with tracking.campaign_status(arms), campaign.engines(cfg), ray_session(cfg):
+        with tracking.campaign_status([a.config for a in arms]), campaign.engines(run), ray_session(run):
             for arm in arms:
                 stages.warm_start(arm)
                 metrics.append(run_round(arm, campaign.completed_rounds(arm)))
-            stages.campaign_report(cfg)
+            stages.campaign_report(run)
     return metrics[0]
 
 
 @flow(name="rao-rollout", log_prints=True)
-def rollout_flow(config: str | None = None, overrides: list[str] | None = None) -> str:
-    """One round's rollout (round `rollout.round`, with that round's policy checkpoint), on Ray
-    with `rollout.runner=ray`: the scale-out path without training."""
-    cfg = _config(config, overrides)
-    with writing([cfg], "rao rollout"), campaign.engines(cfg):
-        stages.synthesize(cfg)
-        return rollout(cfg, cfg.rollout.round)
+def rollout_flow(config: str | None = None, overrides: list[str] | None = None, round_: int = 0) -> str:
+    """Round `round_`'s rollout (with that round's policy checkpoint), on Ray with
+    `rollout.runner=ray`: the scale-out path without training."""
+    run = _run(config, overrides)
+    with writing([run], "rao rollout"), campaign.engines(run):
+        stages.synthesize(run)
+        return rollout(run, round_)
 
 
 @flow(name="rao-synthesize")
 def synthesize_flow(config: str | None = None, overrides: list[str] | None = None) -> str:
-    cfg = _config(config, overrides)
-    with writing([cfg], "rao synth"):
-        return stages.synthesize(cfg)
+    run = _run(config, overrides)
+    with writing([run], "rao synth"):
+        return stages.synthesize(run)
 
 
 @flow(name="rao-evaluate", log_prints=True)
@@ -194,11 +194,11 @@ def evaluate_flow(
 ) -> dict:
     """Evaluate a policy version (default: the latest) on held-out tasks; with `compare`, in
     single and recursive mode at every context limit of eval.modes x eval.context_limits."""
-    cfg = _config(config, overrides)
-    with writing([cfg], "rao eval"), campaign.engines(cfg), ray_session(cfg):
-        stages.synthesize(cfg)
-        stages.warm_start(cfg)
-        version = campaign.completed_rounds(cfg) if version < 0 else version
+    run = _run(config, overrides)
+    with writing([run], "rao eval"), campaign.engines(run), ray_session(run):
+        stages.synthesize(run)
+        stages.warm_start(run)
+        version = campaign.completed_rounds(run) if version < 0 else version
         if compare:
-            return stages.compare(cfg, version)
-        return evaluate(cfg, version)
+            return stages.compare(run, version)
+        return evaluate(run, version)

@@ -1,15 +1,16 @@
 """Judges as models: `ModelJudge` (any engine behind the Policy interface: transformers, vLLM, an
-OpenAI-compatible server, handed to it) and `build_judge`, the judge a configuration names. The
-interface and the scripted judge are in rao_core/verdicts.py. See docs/judges.md.
+OpenAI-compatible server, handed to it) and `build_judge`, the judge a configuration names, handed
+its engine (rao_core/engines/open.py). The interface and the scripted judge are in
+rao_core/verdicts.py. See docs/judges.md.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from rao_core.agent.prompts import ChatFraming, truncate
-from rao_core.config import ConfigError, HFPolicy, JudgeConfig, VLLMPolicy
+from rao_core.config import JudgeConfig
+from rao_core.engines.open import JudgeEngine
 from rao_core.layout import RunLayout
 from rao_core.policy import GenerationRequest, Policy
 from rao_core.verdicts import (
@@ -57,42 +58,27 @@ class ModelJudge(Judge):
         await self.engine.close()
 
 
-def build_judge(cfg: JudgeConfig, run_dir: str | Path | None) -> Judge | None:
-    """The judge named by `cfg.kind`, caching under `<run_dir>/judge_cache/`; None for kind none."""
+def build_judge(
+    cfg: JudgeConfig, run_dir: str | Path | None, engine: JudgeEngine | None = None
+) -> Judge | None:
+    """The judge named by `cfg.kind`, caching under `<run_dir>/judge_cache/`; None for kind none. A
+    model judge is handed its engine (rao_core/engines/open.py: open_judge_engine)."""
     if cfg.kind == "none":
         return None
     folder = RunLayout(Path(run_dir)).judge_cache if run_dir is not None else None
     cache = JudgeCache(folder) if cfg.cache else None
     if cfg.kind == "scripted":
         return ScriptedJudge(cache)
-    if not cfg.model:
-        raise ConfigError(f"judge.model: needed by kind {cfg.kind} ('tiny' or a local Hugging Face folder)")
-    from rao_core.models.tiny import resolve_model
-    from rao_core.models.tokenizer import load_tokenizer
-
-    if cfg.kind == "openai":
-        if not cfg.base_url:
-            raise ConfigError("judge.base_url: needed by kind openai")
-        from rao_core.engines.openai import OpenAIEngine
-
-        name = cfg.served_model or cfg.model
-        key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
-        tokenizer = load_tokenizer(cfg.model)  # only frames the prompt; the server holds the weights
-        engine: Policy = OpenAIEngine(
-            cfg.base_url, name, tokenizer, api_key=key, for_training=False, vllm_extras=False
-        )
-    else:
-        from rao_core.engines import build_engine
-
-        path = str(resolve_model(cfg.model))
-        tokenizer, name = load_tokenizer(path), cfg.model
-        policy = (
-            VLLMPolicy(model=path, gpu_memory_utilization=cfg.gpu_memory_utilization)
-            if cfg.kind == "vllm"
-            else HFPolicy(model=path)
-        )
-        engine = build_engine(policy, tokenizer, role="judge")
+    if engine is None:
+        raise ValueError(f"judge.kind: {cfg.kind}: a model judge is handed its engine (open_judge_engine)")
     rubric = Path(cfg.rubric).read_text() if cfg.rubric else RUBRIC
     return ModelJudge(
-        engine, tokenizer, name, cfg.max_new_tokens, cfg.temperature, cache, cfg.retries, rubric
+        engine.engine,
+        engine.tokenizer,
+        engine.name,
+        cfg.max_new_tokens,
+        cfg.temperature,
+        cache,
+        cfg.retries,
+        rubric,
     )

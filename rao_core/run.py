@@ -11,14 +11,15 @@ exist. It sits here, above the suites it asks for their defaults, not in config/
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from rao_core.checkpoints import Checkpoints
+from rao_core.checkpoints import Checkpoints, initial_model
 from rao_core.config import ConfigError, RunConfig, parse_override
-from rao_core.config.loading import MAPPINGS, build, merge_layers
+from rao_core.config.loading import MAPPINGS, build, merge_layers, migrate_file
 from rao_core.config.policy import PolicyConfig
 from rao_core.envs.registry import SuiteError, check_suite, suite_args, suite_class, suite_defaults
 from rao_core.layout import RunLayout
@@ -50,6 +51,31 @@ class Run:
     def checkpoints(self) -> Checkpoints:
         return Checkpoints(self.layout, self.config.policy.model)
 
+    def arms(self) -> list[Run]:
+        """The campaign's arms: the run itself, and its single-agent control arm when asked for."""
+        return [self, Run(control_config(self.config))] if self.config.campaign.control_arm else [self]
+
+
+def control_config(cfg: RunConfig) -> RunConfig:
+    """The single-agent control arm of a campaign: same model, tasks, budgets and rounds, in the
+    run `<run_name>-single`, with no launch_subagent, w = 1 and lambda 0 (the plain group baseline
+    of the standard agent-RL recipe), and `campaign.control_tasks` root tasks a round if set.
+    A warm start trained by the main arm is shared, not redone."""
+    policy = cfg.policy
+    if policy.model == "warmstart":
+        policy = dataclasses.replace(policy, model=str(initial_model(policy.model, cfg.run_dir)))
+    return dataclasses.replace(
+        cfg,
+        run_name=f"{cfg.run_name}-single",
+        agent=dataclasses.replace(cfg.agent, mode="single"),
+        scoring=dataclasses.replace(cfg.scoring, lam=0.0, depth_weighting=False),
+        campaign=dataclasses.replace(cfg.campaign, control_arm=False),
+        policy=policy,
+        rollout=dataclasses.replace(
+            cfg.rollout, num_tasks=cfg.campaign.control_tasks or cfg.rollout.num_tasks
+        ),
+    )
+
 
 def load_config(
     path: str | Path | None = None, overrides: list[str] | None = None, check_files: bool = True
@@ -67,7 +93,7 @@ def load_config(
             raise ConfigError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: top level must be a mapping")
-        layers.append(data)
+        layers.append(migrate_file(data))
     layers += [parse_override(text) for text in overrides or []]
     for layer in layers:
         for key, value in layer.items():

@@ -51,6 +51,13 @@ class Draw:
     shard: tuple[int, int] = (0, 1)
 
 
+def tree_seed(seed: int, index: int) -> int:
+    """The trees' seed of round (or evaluated version) `index` under rollout.seed `seed`: every
+    sampling request and scripted choice derives from it, the tree and the node
+    (rao_core.agent.node.request_seed), so a round reruns token for token."""
+    return seed * 1_000_003 + index
+
+
 def shard_tasks(tasks: Sequence[T], shards: int) -> list[list[T]]:
     """Deal root tasks round-robin into `shards` lists. Deterministic (the task draw is seeded),
     every tree of a task lands in the same shard (its group baseline stays whole), and a

@@ -74,8 +74,13 @@ def main() -> None:
 
     from rao_core import campaign, memory, runlock
     from rao_core.envs.suites import open_suite
-    from rao_core.rollout import load_round, summarize
-    from rao_core.run import load_config
+    from rao_core.eval.metrics import load_round, summarize
+    from rao_core.run import Run, load_config
+    from rao_core.stages.common import prepare
+    from rao_core.stages.rollout import roll_out
+    from rao_core.stages.score import score
+    from rao_core.stages.train import train
+    from rao_core.stages.warm_start import warm_start
     from rao_core.store.parquet import read_meta
 
     out = a.out.resolve()
@@ -107,14 +112,15 @@ def main() -> None:
     print(memory.table(plan, found), flush=True)
     result["memory_plan_gib"] = {s: round(plan.total(s), 2) for s in plan.stages}
     save()
-    with runlock.writing(cfg.run_dir, "scripts/real_size_cuda.py"), campaign.engines(cfg):
-        campaign.prepare(cfg)
+    run = Run(cfg)
+    with runlock.writing(cfg.run_dir, "scripts/real_size_cuda.py"), campaign.engines(run):
+        prepare(run)
         open_suite(cfg)
-        campaign.stage_warm_start(cfg)
+        warm_start(run)
         if cuda:
             torch.cuda.reset_peak_memory_stats()
-        campaign.stage_rollout(cfg, 0)
-        table = load_round(cfg, 0)
+        roll_out(run, 0)
+        table = load_round(cfg.layout, 0)
         s, seconds = summarize(table), read_meta(cfg.layout.rollouts(0)).get("seconds", 0.0)
         sampled = sum(table.column("action_tokens").to_pylist())
         result["rollout"] = {
@@ -126,11 +132,11 @@ def main() -> None:
         }  # fmt: skip
         print(json.dumps(result["rollout"]), flush=True)
         save()
-        campaign.stage_score(cfg, 0)
+        score(run, 0)
         if cuda:
             torch.cuda.empty_cache()
         t = time.perf_counter()
-        m = campaign.stage_train(cfg, 0)  # checkpoint v1: bf16 copy, float32 master, AdamW moments
+        m = train(run, 0)  # checkpoint v1: bf16 copy, float32 master, AdamW moments
         keep = ("seconds", "tokens", "action_tokens", "steps", "device", "bf16", "peak_gpu_mib", "peak_rss_mib",
                 "gpu_free_gib_at_start", "gpu_total_gib", "loss", "served_changed", "served_dtype")  # fmt: skip
         result["train"] = {k: m[k] for k in keep if k in m}

@@ -19,8 +19,9 @@ from pathlib import Path
 from rao_core.config import ConfigError
 from rao_core.eval.metrics import paired_bootstrap, per_task_success, tree_metrics
 from rao_core.layout import RunLayout
-from rao_core.rollout import Draw, run_rollout
-from rao_core.run import load_config
+from rao_core.run import Run, load_config
+from rao_core.stages.common import sample
+from rao_core.stages.evaluate import evaluation_draw
 from rao_core.store.parquet import read_partition
 
 
@@ -48,7 +49,8 @@ def main() -> None:
         if model is not None and not model.is_dir():
             raise SystemExit(f"--versions: {model} does not exist")
         dest = cfg.layout.sampled_eval(cell, v)
-        run_rollout(cfg, dest, Draw.evaluation(cfg, args.samples, args.temperature), model, progress=True)
+        draw = evaluation_draw(Run(cfg), v, args.samples, args.temperature)
+        sample(Run(cfg), dest, draw, v, v, progress=True)
         rows = read_partition(dest, "nodes").to_pylist()
         m = tree_metrics(rows)
         results[v] = per_task_success(rows)

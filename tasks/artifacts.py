@@ -6,12 +6,12 @@ import re
 from typing import Any
 
 from rao_core import tracking
-from rao_core.config import RunConfig
+from rao_core.run import Run
 
 
-def artifact_key(cfg: RunConfig, *parts: object) -> str:
+def artifact_key(run: Run, *parts: object) -> str:
     """Prefect artifact keys allow lowercase letters, digits and dashes only."""
-    text = "-".join(str(p) for p in (cfg.run_name, *parts)).lower()
+    text = "-".join(str(p) for p in (run.name, *parts)).lower()
     return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", text)).strip("-")
 
 

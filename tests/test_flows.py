@@ -21,7 +21,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rao_core import campaign, tracking
-from rao_core.run import load_config
+from rao_core.run import Run, control_config, load_config
+from rao_core.stages.common import prepare
+from rao_core.stages.train import round_lr
 from rao_core.store.parquet import is_complete
 from tasks import artifacts
 from tests.conftest import TOY
@@ -88,7 +90,7 @@ def test_train_flow_end_to_end(prefect_server, tmp_path):
         assert rows and all(row["policy_version"] == r and row["logprobs"] for row in rows)
         assert is_complete(cfg.run_dir / "scores" / f"round={r}")
         assert cfg.layout.checkpoint_complete(r + 1)
-    assert [row["logged"] for row in campaign.status(cfg)] == [True, True]
+    assert [row["logged"] for row in campaign.status(Run(cfg))] == [True, True]
 
     client, runs = mlflow_runs(cfg)
     parent = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
@@ -122,8 +124,8 @@ def test_train_flow_end_to_end(prefect_server, tmp_path):
     import asyncio
 
     keys = asyncio.run(artifact_keys())
-    assert artifacts.artifact_key(cfg, "round", 1) in keys
-    assert artifacts.artifact_key(cfg, "learning-curves") in keys
+    assert artifacts.artifact_key(Run(cfg), "round", 1) in keys
+    assert artifacts.artifact_key(Run(cfg), "learning-curves") in keys
 
     # The campaign's MLflow run is closed, and each stage told the flow run's log what it did.
     assert client.get_run(parent[0].info.run_id).info.status == "FINISHED"
@@ -174,7 +176,7 @@ def test_control_arm_trains_beside_the_main_arm(prefect_server, tmp_path):
     cfg = load_config(overrides=ov)
     summary = train_flow(overrides=ov)
     assert set(summary) == {"v0", "v1"}
-    control = campaign.control_config(cfg)
+    control = control_config(cfg)
     rows = pq.read_table(control.run_dir / "rollouts" / "round=0" / "nodes.parquet").to_pylist()
     assert rows and {r["mode"] for r in rows} == {"single"} and {r["depth"] for r in rows} == {0}
     assert control.layout.checkpoint_complete(1)
@@ -186,21 +188,21 @@ def test_control_arm_trains_beside_the_main_arm(prefect_server, tmp_path):
 @pytest.mark.parametrize("rounds", [1, 2, 8])
 def test_round_lr_goes_linearly_to_lr_final(rounds):
     cfg = load_config(overrides=[f"campaign.rounds={rounds}", "train.lr=1e-3", "train.lr_final=0.1"])
-    lrs = [campaign.round_lr(cfg, r) for r in range(rounds + 2)]  # two rounds past the campaign
+    lrs = [round_lr(Run(cfg), r) for r in range(rounds + 2)]  # two rounds past the campaign
     assert lrs[0] == pytest.approx(1e-3)
     if rounds > 1:
         step = (1e-4 - 1e-3) / (rounds - 1)
         assert lrs[:rounds] == pytest.approx([1e-3 + step * r for r in range(rounds)])
         assert lrs[rounds:] == pytest.approx([1e-4, 1e-4])  # added rounds keep the last value
     const = load_config(overrides=[f"campaign.rounds={rounds}", "train.lr=1e-3"])
-    assert {campaign.round_lr(const, r) for r in range(rounds + 2)} == {1e-3}
+    assert {round_lr(Run(const), r) for r in range(rounds + 2)} == {1e-3}
 
 
 def test_a_run_folder_of_another_suite_is_refused(tmp_path, capsys):
     from flows.cli import main
 
     old = load_config(overrides=[f"runs_dir={tmp_path}", "suite=textcraft"])
-    campaign.prepare(old)  # e.g. an earlier `runs/default` of the reference suite
+    prepare(Run(old))  # e.g. an earlier `runs/default` of the reference suite
     before = sorted(p.name for p in old.run_dir.iterdir())
     assert main(["train", "--set", f"runs_dir={tmp_path}"]) == 2  # the default suite is textcraft-small
     err = capsys.readouterr().err.strip()
@@ -254,8 +256,8 @@ def test_kill_and_resume(prefect_server, tmp_path):
         table = pq.read_table(cfg.run_dir / "rollouts" / f"round={r}" / "nodes.parquet")
         ids = table.column("node_id").to_pylist()
         assert len(ids) == len(set(ids)) > 0
-    assert campaign.completed_rounds(cfg) == 2
-    assert all(row["logged"] for row in campaign.status(cfg))
+    assert cfg.layout.completed_rounds() == 2
+    assert all(row["logged"] for row in campaign.status(Run(cfg)))
     client, runs = mlflow_runs(cfg)
     assert len([r for r in runs if "mlflow.parentRunId" not in r.data.tags]) == 1
     assert len([r for r in runs if "mlflow.parentRunId" in r.data.tags]) == 2
@@ -386,7 +388,7 @@ def test_a_warm_start_trained_inside_the_run(prefect_server, tmp_path):
     logs = asyncio.run(flow_run_logs(state.state_details.flow_run_id))
     assert not [line for line in logs if "LOAD_" in line or "RETURN_VALUE" in line]  # no bytecode dumps
     v0 = cfg.run_dir / "checkpoints" / "warmstart" / "model"
-    assert campaign.initial_model(cfg) == v0 and cfg.layout.warmstart_complete()
+    assert Run(cfg).checkpoints.initial() == v0 and cfg.layout.warmstart_complete()
     metrics = (cfg.run_dir / "checkpoints" / "warmstart" / "metrics.json").read_text()
     assert '"recursive_episodes": 16' in metrics and '"hidden": 64' in metrics  # the run's settings
     train = (cfg.layout.checkpoint(1) / "metrics.json").read_text()

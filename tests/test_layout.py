@@ -5,6 +5,12 @@ from __future__ import annotations
 from rao_core import campaign
 from rao_core.envs.suites import open_suite
 from rao_core.layout import RunLayout
+from rao_core.run import Run
+from rao_core.stages.common import prepare
+from rao_core.stages.evaluate import evaluate
+from rao_core.stages.rollout import roll_out
+from rao_core.stages.score import score
+from rao_core.stages.train import train
 
 
 def test_every_stage_output_has_one_name(tmp_path):
@@ -24,11 +30,11 @@ def test_a_run_folder_of_the_old_naming_is_migrated_and_resumes(toy):
     """A finished round written with the old names (checkpoints/round-1, eval/round=v,
     logged/round-0.json) is renamed when the run is opened, and nothing is recomputed."""
     cfg = toy("run_name=old", "eval.num_tasks=1", "eval.difficulty=easy", "tracking.enabled=false")
-    campaign.prepare(cfg)
+    prepare(Run(cfg))
     open_suite(cfg)
-    for stage in (lambda: campaign.stage_evaluate(cfg, 0), lambda: campaign.stage_rollout(cfg, 0),
-                  lambda: campaign.stage_score(cfg, 0), lambda: campaign.stage_train(cfg, 0),
-                  lambda: campaign.stage_evaluate(cfg, 1)):  # fmt: skip
+    for stage in (lambda: evaluate(Run(cfg), 0), lambda: roll_out(Run(cfg), 0),
+                  lambda: score(Run(cfg), 0), lambda: train(Run(cfg), 0),
+                  lambda: evaluate(Run(cfg), 1)):  # fmt: skip
         stage()
     run = cfg.layout
     run.logged(0).parent.mkdir(parents=True)
@@ -41,18 +47,18 @@ def test_a_run_folder_of_the_old_naming_is_migrated_and_resumes(toy):
     }
     for new, former in old.items():
         new.rename(former)
-    assert campaign.completed_rounds(cfg) == 0  # the old names are not read as such
+    assert cfg.layout.completed_rounds() == 0  # the old names are not read as such
 
     stamp = {p: p.stat().st_mtime_ns for p in old.values()}
     moves = RunLayout(run.root).migrate()
     assert sorted(moves) == sorted((former, new) for new, former in old.items())
-    assert RunLayout.open(run.root).migrate() == [] and campaign.prepare(cfg) == {}  # once is enough
-    assert campaign.completed_rounds(cfg) == 1 and campaign.status(cfg)[0] == {
+    assert RunLayout.open(run.root).migrate() == [] and prepare(Run(cfg)) == {}  # once is enough
+    assert cfg.layout.completed_rounds() == 1 and campaign.status(Run(cfg))[0] == {
         "round": 0, "rollout": True, "score": True, "train": True, "eval": True, "logged": True,
     }  # fmt: skip
     assert {new: new.stat().st_mtime_ns for new in old} == {new: stamp[old[new]] for new in old}
     weights = run.checkpoint(1) / "model.safetensors"
     before = weights.stat().st_mtime_ns
-    campaign.stage_train(cfg, 0)  # complete: returned as it is
-    campaign.stage_evaluate(cfg, 1)
+    train(Run(cfg), 0)  # complete: returned as it is
+    evaluate(Run(cfg), 1)
     assert weights.stat().st_mtime_ns == before

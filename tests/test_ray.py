@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,10 +22,12 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from rao_core.config import ConfigError, RunConfig
-from rao_core.eval.evaluate import evaluate_round, evaluate_shard
-from rao_core.rollout import load_round, rollout_round, rollout_shard, shard_tasks
-from rao_core.run import load_config
+from rao_core.eval.metrics import load_round
+from rao_core.run import Run, load_config
+from rao_core.sampler import shard_tasks
 from rao_core.scoring import score_nodes, score_round
+from rao_core.stages.evaluate import evaluate, evaluate_shard
+from rao_core.stages.rollout import roll_out, roll_out_shard
 from rao_core.store.db import connect
 from rao_core.store.parquet import is_complete, read_meta, read_partition
 from tasks import stages
@@ -74,16 +77,16 @@ def test_local_shards_resume_then_seal(tmp_path):
     cfg = load_config(
         overrides=[f"runs_dir={tmp_path}", *TOY, f"rollout.num_tasks={TASKS}", "rollout.shards=2"]
     )
-    first = rollout_shard(cfg, 0)
+    first = roll_out_shard(Run(cfg), 0, 0)
     stamp = (first / "nodes.parquet").stat().st_mtime_ns
     assert first == cfg.layout.rollouts(0) / "shard=0" and not is_complete(cfg.layout.rollouts(0))
     with connect(cfg.run_dir) as con:
         assert con.sql("SELECT count(*) FROM nodes").fetchall() == [(0,)]
-    assert rollout_round(cfg) == cfg.layout.rollouts(0)
+    assert roll_out(Run(cfg), 0) == cfg.layout.rollouts(0)
     assert (first / "nodes.parquet").stat().st_mtime_ns == stamp  # shard 0 was not rolled out again
     meta = read_meta(cfg.layout.rollouts(0))
     shard_rows = [read_meta(cfg.layout.rollouts(0) / p)["rows"]["nodes"] for p in meta["parts"]]
-    assert meta["rows"]["nodes"] == sum(shard_rows) == load_round(cfg, 0).num_rows
+    assert meta["rows"]["nodes"] == sum(shard_rows) == load_round(cfg.layout, 0).num_rows
     assert meta["trees"] == TASKS * 2  # TOY's G = 2
 
 
@@ -91,14 +94,14 @@ def test_a_round_is_finished_with_the_shard_count_it_started_with(tmp_path):
     cfg = load_config(
         overrides=[f"runs_dir={tmp_path}", *TOY, f"rollout.num_tasks={TASKS}", "rollout.shards=2"]
     )
-    rollout_shard(cfg, 0)
+    roll_out_shard(Run(cfg), 0, 0)
     other = load_config(
         overrides=[f"runs_dir={tmp_path}", *TOY, f"rollout.num_tasks={TASKS}", "rollout.shards=3"]
     )
     with pytest.raises(
         ValueError, match="round 0 was started with 2 shards; finish it with rollout.shards=2"
     ):
-        rollout_round(other)
+        roll_out(Run(other), 0)
 
 
 def shard_task_runs(since: datetime, name: str = "rollout-shard") -> list[str]:
@@ -124,7 +127,7 @@ def check_round(cfg: RunConfig) -> list[dict]:
         table = pq.read_table(dest / part / "nodes.parquet", columns=["task_id"])
         task_sets.append(set(table.column("task_id").to_pylist()))
     assert all(task_sets) and not task_sets[0] & task_sets[1]
-    rows = load_round(cfg, 0).to_pylist()
+    rows = load_round(cfg.layout, 0).to_pylist()
     assert len([r for r in rows if r["parent_id"] is None]) == TASKS * G
     ids = [r["node_id"] for r in rows]
     assert len(ids) == len(set(ids))
@@ -148,11 +151,11 @@ def test_sharded_rollout_on_ray_matches_one_local_rollout(ray_cluster, prefect_s
     # scoring reads the shards' files as one table: the same scores as the concatenation in one file.
     local = load_config(overrides=[f"runs_dir={tmp_path}", "run_name=local", *TOY,
                                    f"rollout.num_tasks={TASKS}", f"rollout.group_size={G}"])  # fmt: skip
-    rollout_round(local)
+    roll_out(Run(local), 0)
     assert (local.layout.rollouts(0) / "nodes.parquet").is_file()  # one shard: today's layout
-    assert {r["tree_id"] for r in rows} == {r["tree_id"] for r in load_round(local, 0).to_pylist()}
+    assert {r["tree_id"] for r in rows} == {r["tree_id"] for r in load_round(local.layout, 0).to_pylist()}
     one_file = tmp_path / "concatenated.parquet"
-    pq.write_table(load_round(cfg, 0), one_file)
+    pq.write_table(load_round(cfg.layout, 0), one_file)
     expected = score_nodes(one_file, cfg.scoring).to_pylist()
     scores = read_partition(score_round(cfg.run_dir, 0, cfg.scoring), "scores").to_pylist()
     assert scores == expected and len({s["reward"] for s in scores}) > 1  # order-sensitive
@@ -209,7 +212,7 @@ def test_local_eval_shards_are_one_evaluation(tmp_path):
     base = [f"runs_dir={tmp_path}", "eval.num_tasks=3"]  # 3 medium + 3 hard held-out tasks
     one = load_config(overrides=[*base, "run_name=one"])
     two = load_config(overrides=[*base, "run_name=two", "rollout.shards=2"])
-    summaries = [timeless(evaluate_round(cfg, 0)) for cfg in (one, two)]
+    summaries = [timeless(evaluate(Run(cfg), 0)) for cfg in (one, two)]
     assert read_meta(two.layout.eval(0))["parts"] == ["shard=0", "shard=1"]
     assert (one.layout.eval(0) / "nodes.parquet").is_file()  # one shard: the unsharded layout
     cols = ["task_id", "sample", "depth", "status", "success", "token_ids"]
@@ -218,10 +221,11 @@ def test_local_eval_shards_are_one_evaluation(tmp_path):
     assert rows[0] == rows[1] and len({r["task_id"] for r in rows[0]}) == 6
     assert summaries[0] == summaries[1]
 
-    evaluate_shard(two, 1, 0)  # a version started with 2 shards is finished with 2
+    shutil.copytree(Run(two).checkpoints.initial(), two.layout.checkpoint(1))  # a version 1 to evaluate
+    evaluate_shard(Run(two), 1, 0)  # a version started with 2 shards is finished with 2
     three = load_config(overrides=[*base, "run_name=two", "rollout.shards=3"])
     with pytest.raises(ValueError, match="the evaluation of version 1 was started with 2 shards"):
-        evaluate_round(three, 1)
+        evaluate(Run(three), 1)
 
 
 @pytest.mark.slow
@@ -237,7 +241,7 @@ def test_evaluation_shards_on_ray(ray_cluster, prefect_server, tmp_path):
     assert shard_task_runs(since, "evaluate-shard") == ["COMPLETED", "COMPLETED"]
     assert read_meta(cfg.layout.eval(0))["parts"] == ["shard=0", "shard=1"]
     local = load_config(overrides=[*overrides, "run_name=local", "rollout.runner=local", "rollout.shards=1"])
-    evaluate_round(local, 0)  # the scripted expert's tree shapes are not seeded per tree: compare the draw
+    evaluate(Run(local), 0)  # the scripted expert's tree shapes are not seeded per tree: compare the draw
     roots = [sorted(r["tree_id"] for r in read_partition(c.layout.eval(0), "nodes").to_pylist() if r["depth"] == 0)
              for c in (cfg, local)]  # fmt: skip
     assert roots[0] == roots[1] and len(roots[0]) == summary["all"]["trees"] == 4

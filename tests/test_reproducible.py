@@ -8,8 +8,8 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from rao_core.rollout import rollout_round
-from rao_core.run import load_config
+from rao_core.run import Run, load_config
+from rao_core.stages.rollout import roll_out
 
 pytestmark = pytest.mark.slow  # two real rounds of the tiny model
 
@@ -27,7 +27,7 @@ TIMINGS = ("started_at", "ended_at")
 
 def nodes(tmp_path, name: str, *extra: str) -> dict[str, dict]:
     cfg = load_config(overrides=[f"runs_dir={tmp_path}", f"run_name={name}", *ROUND, *extra])
-    path = rollout_round(cfg)
+    path = roll_out(Run(cfg), 0)
     rows = pq.read_table(path / "nodes.parquet").to_pylist()
     return {r["node_id"]: {k: v for k, v in r.items() if k not in TIMINGS + ("run",)} for r in rows}
 

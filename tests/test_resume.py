@@ -8,17 +8,21 @@ import json
 
 import pytest
 
-from rao_core import campaign, resume
+from rao_core import resume
 from rao_core.config import ConfigError
+from rao_core.run import Run
 from rao_core.scoring import score_round
+from rao_core.stages.common import prepare
+from rao_core.stages.rollout import roll_out
+from rao_core.stages.train import train
 from tests.conftest import toy_config
 
 
 def completed_round(tmp_path, *overrides: str):
     """A run folder with round 0 rolled out and scored (scripted policy: seconds)."""
     cfg = toy_config(tmp_path, *overrides)
-    campaign.prepare(cfg)
-    campaign.stage_rollout(cfg, 0)
+    prepare(Run(cfg))
+    roll_out(Run(cfg), 0)
     score_round(cfg.run_dir, 0, cfg.scoring)
     return cfg
 
@@ -27,7 +31,7 @@ def test_a_change_that_alters_completed_stages_is_refused(tmp_path):
     completed_round(tmp_path)
     changed = toy_config(tmp_path, "scoring.lam=0.4", "rollout.num_tasks=3")
     with pytest.raises(ConfigError) as err:
-        campaign.prepare(changed)
+        prepare(Run(changed))
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith("run_name:")
     assert "scoring.lam (0.0 -> 0.4)" in msg and "rollout.num_tasks (2 -> 3)" in msg and "--branch" in msg
@@ -36,32 +40,30 @@ def test_a_change_that_alters_completed_stages_is_refused(tmp_path):
 def test_a_change_of_future_rounds_only_is_recorded(tmp_path):
     cfg = completed_round(tmp_path)
     more = toy_config(tmp_path, "campaign.rounds=20", "rollout.max_concurrent_trees=4")
-    diff = campaign.prepare(more)
+    diff = prepare(Run(more))
     assert diff == {"campaign.rounds": (12, 20), "rollout.max_concurrent_trees": (96, 4)}
     (entry,) = resume.history(cfg.run_dir)
-    assert entry["round"] == campaign.completed_rounds(more) == 0
+    assert entry["round"] == more.layout.completed_rounds() == 0
     assert entry["changes"]["campaign.rounds"] == [12, 20]
     assert resume.stored_config(cfg.run_dir)["campaign"]["rounds"] == 20
-    assert campaign.prepare(more) == {}  # recorded once
+    assert prepare(Run(more)) == {}  # recorded once
 
 
 def test_switching_between_model_engines_is_free(tmp_path):
     cfg = toy_config(tmp_path, "policy.kind=hf")
-    campaign.prepare(cfg)
+    prepare(Run(cfg))
     (cfg.run_dir / "data").mkdir()  # a completed stage
-    assert campaign.prepare(
-        toy_config(tmp_path, "policy.kind=vllm", "policy.vllm_python=/usr/bin/python3")
-    ) == {
+    assert prepare(Run(toy_config(tmp_path, "policy.kind=vllm", "policy.vllm_python=/usr/bin/python3"))) == {
         "policy.kind": ("hf", "vllm")
     }  # vllm_python is a setting of the vllm engine only: nothing to compare
     with pytest.raises(ConfigError, match="policy.kind"):
-        campaign.prepare(toy_config(tmp_path, "policy.kind=scripted"))
+        prepare(Run(toy_config(tmp_path, "policy.kind=scripted")))
 
 
 def test_before_any_completed_stage_everything_may_change(tmp_path):
     cfg = toy_config(tmp_path)
-    campaign.prepare(cfg)  # a config was saved, nothing ran
-    assert "scoring.lam" in campaign.prepare(toy_config(tmp_path, "scoring.lam=0.4"))
+    prepare(Run(cfg))  # a config was saved, nothing ran
+    assert "scoring.lam" in prepare(Run(toy_config(tmp_path, "scoring.lam=0.4")))
 
 
 def test_cli_refuses_before_any_work_and_check_reads_only(tmp_path, capsys):
@@ -80,7 +82,7 @@ def test_branch_shares_completed_rounds_and_runs_on_with_new_settings(tmp_path):
     cfg = completed_round(
         tmp_path, "scoring.zero_advantage_groups=keep", "scoring.single_tree_groups=zero_baseline"
     )
-    campaign.stage_train(cfg, 0)  # version 1: the round is complete
+    train(Run(cfg), 0)  # version 1: the round is complete
     branched = toy_config(
         tmp_path, "run_name=lam", "scoring.lam=0.4", "scoring.zero_advantage_groups=keep",
         "scoring.single_tree_groups=zero_baseline",
@@ -93,7 +95,7 @@ def test_branch_shares_completed_rounds_and_runs_on_with_new_settings(tmp_path):
     ):
         a, b = cfg.run_dir / part, branched.run_dir / part
         assert b.is_file() and a.stat().st_ino == b.stat().st_ino  # shared by a hard link
-    assert campaign.prepare(branched) == {}  # the branch holds its own settings now
+    assert prepare(Run(branched)) == {}  # the branch holds its own settings now
     (entry,) = resume.history(branched.run_dir)
     assert entry["branch_of"] == str(cfg.run_dir) and entry["from_round"] == 1
     assert entry["changes"]["scoring.lam"] == [0.0, 0.4]
@@ -106,7 +108,7 @@ def test_branch_shares_completed_rounds_and_runs_on_with_new_settings(tmp_path):
 
 def test_history_lines_are_json(tmp_path):
     cfg = completed_round(tmp_path)
-    campaign.prepare(toy_config(tmp_path, "campaign.rounds=2"))
+    prepare(Run(toy_config(tmp_path, "campaign.rounds=2")))
     lines = cfg.layout.history.read_text().splitlines()
     assert [json.loads(x)["changes"] for x in lines] == [{"campaign.rounds": [12, 2]}]
 

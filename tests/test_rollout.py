@@ -15,7 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from flows.cli import main
-from rao_core.rollout import load_round, rollout_round, summarize
+from rao_core.eval.metrics import load_round, summarize
+from rao_core.run import Run
+from rao_core.stages.rollout import roll_out
 from rao_core.store.parquet import clean_temporaries, is_complete, write_partition
 from rao_core.store.schema import NODE_SCHEMA
 from tests.conftest import TOY
@@ -27,7 +29,7 @@ def test_recursive_rollout_writes_consistent_trees(toy):
     cfg = toy(
         "rollout.num_tasks=3", "rollout.group_size=2", "policy.error_rate=0", "rollout.difficulty=easy,medium"
     )
-    path = rollout_round(cfg)
+    path = roll_out(Run(cfg), 0)
     assert is_complete(path)
     table = pq.read_table(path / "nodes.parquet")
     assert table.schema.equals(NODE_SCHEMA, check_metadata=False)
@@ -43,13 +45,13 @@ def test_recursive_rollout_writes_consistent_trees(toy):
         assert r["logprobs"] == [] and r["status"] == "finished"
     assert all(r["success"] == 1.0 for r in roots)  # error-free expert, solvable tasks
     assert any(r["depth"] > 0 for r in rows)  # it delegated
-    s = summarize(load_round(cfg, 0))
+    s = summarize(load_round(cfg.layout, 0))
     assert s["trees"] == 6 and s["root_success"] == 1.0 and s["max_depth"] >= 1
 
 
 def test_duckdb_reads_the_partition_directly(toy):
     cfg = toy()
-    path = rollout_round(cfg)
+    path = roll_out(Run(cfg), 0)
     con = duckdb.connect()
     rows = con.execute(
         "SELECT depth, count(*), avg(success) FROM read_parquet($p) GROUP BY depth ORDER BY depth",
@@ -60,8 +62,8 @@ def test_duckdb_reads_the_partition_directly(toy):
 
 def test_single_agent_mode_is_flat(toy):
     cfg = toy("agent.mode=single", "policy.error_rate=0")
-    rollout_round(cfg)
-    rows = load_round(cfg, 0).to_pylist()
+    roll_out(Run(cfg), 0)
+    rows = load_round(cfg.layout, 0).to_pylist()
     assert {r["depth"] for r in rows} == {0} and all(r["success"] == 1.0 for r in rows)
     assert all("launch_subagent" not in r["transcript"] for r in rows)
     assert all(r["mode"] == "single" for r in rows)
@@ -69,17 +71,17 @@ def test_single_agent_mode_is_flat(toy):
 
 def test_expert_error_rate_makes_imperfect_trees(toy):
     cfg = toy("rollout.num_tasks=6", "rollout.group_size=3", "policy.error_rate=0.5")
-    rollout_round(cfg)
-    rows = load_round(cfg, 0).to_pylist()
+    roll_out(Run(cfg), 0)
+    rows = load_round(cfg.layout, 0).to_pylist()
     assert any(r["success"] == 0.0 for r in rows)
     assert any("Error:" in r["transcript"] for r in rows)  # mistakes hit the tools' error strings
 
 
 def test_second_rollout_of_a_round_is_a_no_op(toy):
     cfg = toy()
-    path = rollout_round(cfg)
+    path = roll_out(Run(cfg), 0)
     stamp = (path / "nodes.parquet").stat().st_mtime_ns
-    assert rollout_round(cfg) == path
+    assert roll_out(Run(cfg), 0) == path
     assert (path / "nodes.parquet").stat().st_mtime_ns == stamp
 
 
@@ -179,7 +181,7 @@ def test_cli_rollout_and_bad_config(toy, capsys, tmp_path):
 
 def test_targets_are_json_text(toy):
     cfg = toy()
-    rollout_round(cfg)
-    for r in load_round(cfg, 0).to_pylist():
+    roll_out(Run(cfg), 0)
+    for r in load_round(cfg.layout, 0).to_pylist():
         targets = json.loads(r["targets"])
         assert all(isinstance(v, int) and v > 0 for v in targets.values())

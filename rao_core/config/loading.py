@@ -25,7 +25,20 @@ class ConfigError(ValueError):
 RETIRED = {
     "train.temperature": "removed: the trainer takes log-probs at the temperature each node was sampled "
     "at (recorded in the nodes table); set policy.temperature",
+    "rollout.round": "removed: the round is an argument, not a setting (rao rollout --round N, rao score --round N)",
+    "rollout.policy_version": "removed: a round's rows carry the version that sampled them (version N in round N)",
 }
+# Keys an older run folder's config.yaml holds that are now arguments: dropped when a file is read.
+MOVED_TO_ARGUMENTS = {"rollout": ("round", "policy_version")}
+
+
+def migrate_file(data: dict) -> dict:
+    """A configuration file of an older version, as today's: keys that became arguments dropped
+    (as layout.py migrates an old run folder)."""
+    for section, keys in MOVED_TO_ARGUMENTS.items():
+        if isinstance(data.get(section), dict) and any(k in data[section] for k in keys):
+            data = {**data, section: {k: v for k, v in data[section].items() if k not in keys}}
+    return data
 
 
 def field_types(cls: type) -> dict[str, Any]:

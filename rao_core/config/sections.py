@@ -126,8 +126,6 @@ class RolloutConfig:
     seed: Int = opt(
         0, "seed of sampling: each request draws from its own generator, seeded by (seed, round, node, turn)"
     )
-    round: Int = opt(0, "round (iteration) the rows belong to", ge=0, resume="free")
-    policy_version: Int = opt(0, "policy version recorded with the rows", ge=0, resume="free")
     shards: Int = opt(
         1,
         "root tasks (and held-out tasks) are dealt into this many shards, each with its own engine replica and partition",

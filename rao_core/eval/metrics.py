@@ -1,12 +1,21 @@
 """Metrics of a set of trees, from the node table: plain Python over rows, so they are easy to
-check by hand (tests/eval compares them with hand-computed cases)."""
+check by hand (tests/eval compares them with hand-computed cases); the summaries of a rollout and
+of an evaluation partition."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
+
+from rao_core.layout import RunLayout
+from rao_core.store.files import write_json
+from rao_core.store.parquet import read_partition
 
 
 def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -87,3 +96,48 @@ def paired_bootstrap(diffs: list[float], draws: int = 4000, seed: int = 0) -> tu
     rng = random.Random(seed)
     means = sorted(sum(rng.choice(diffs) for _ in diffs) / len(diffs) for _ in range(draws))
     return means[int(0.025 * draws)], means[int(0.975 * draws) - 1]
+
+
+def summarize(table: pa.Table) -> dict:
+    """Headline figures of one rollout partition, for the CLI, the round's log line and tracking."""
+    rows = table.select(
+        ["tree_id", "depth", "status", "tree_status", "success", "turns", "children", "started_at", "ended_at",
+         "finish_message"]
+    ).to_pylist()  # fmt: skip
+    roots = [r for r in rows if r["depth"] == 0]
+    by_depth: dict[int, list[float]] = {}
+    for r in rows:
+        by_depth.setdefault(r["depth"], []).append(r["success"])
+    span = max(r["ended_at"] for r in rows) - min(r["started_at"] for r in rows) if rows else 0.0
+    infra = [r for r in rows if r["status"] == "infra_error"]
+    return {
+        "trees": len(roots),
+        "nodes": len(rows),
+        "infra_failed_nodes": len(infra),
+        # of those, nodes whose scorer broke the reward contract (envs/base.py success_value)
+        "scorer_failed_nodes": sum(r["finish_message"].startswith("scorer:") for r in infra),
+        "infra_failed_trees": len({r["tree_id"] for r in rows if r["tree_status"] == "infra_error"}),
+        "root_success": sum(r["success"] for r in roots) / max(1, len(roots)),
+        "nodes_per_tree": len(rows) / max(1, len(roots)),
+        "max_depth": max((r["depth"] for r in rows), default=0),
+        "delegation_rate": sum(r["children"] > 0 for r in rows) / max(1, len(rows)),
+        "success_by_depth": {d: sum(v) / len(v) for d, v in sorted(by_depth.items())},
+        "statuses": dict(Counter(r["status"] for r in rows)),
+        "node_turns": sum(r["turns"] for r in rows),
+        "wall_seconds": span,
+    }
+
+
+def load_round(layout: RunLayout, round_: int) -> pa.Table:
+    """The nodes of training round `round_`."""
+    return read_partition(layout.rollouts(round_), "nodes")
+
+
+def summarize_eval(dest: Path) -> dict[str, Any]:
+    """An evaluation partition's tree metrics, computed once and kept as its summary.json."""
+    summary_path = dest / "summary.json"
+    if summary_path.is_file():
+        return json.loads(summary_path.read_text())
+    metrics = tree_metrics(read_partition(dest, "nodes").to_pylist())
+    write_json(summary_path, metrics)
+    return metrics

@@ -18,7 +18,6 @@ the batch, so each example costs only its own tokens. The loss is the same token
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import random
@@ -38,7 +37,6 @@ from transformers import TrainerCallback
 from trl import SFTConfig, SFTTrainer
 
 from rao_core.agent.prompts import ChatFraming
-from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeRun, TreeSpec
 from rao_core.checkpoints import initial_model
 from rao_core.config import AgentConfig, WarmStartConfig
@@ -47,7 +45,7 @@ from rao_core.eval.metrics import wilson_interval
 from rao_core.models.tiny import build_tiny_model, load_checkpoint, save_checkpoint
 from rao_core.models.tokenizer import load_tokenizer, tiny_tokenizer
 from rao_core.policy import Policy
-from rao_core.rollout import chat_framing
+from rao_core.sampler import Sampler
 from rao_core.store.files import write_json, write_text
 
 MODES = {"recursive": "recursive", "flat": "single"}  # report name -> AgentConfig.mode
@@ -58,16 +56,15 @@ def agent_config(suite: Suite, mode: str, context: int) -> AgentConfig:
     return dataclasses.replace(suite.cfg.agent, mode=MODES[mode], max_context_tokens=context)
 
 
-async def run_modes(
+def run_modes(
     jobs: list[tuple[str, TreeSpec]], suite: Suite, policy: Policy, chat: ChatFraming, context: int,
     concurrency: int, temperature: float, on_done: Callable[[TreeRun], None] | None = None,
 ) -> list[tuple[str, TreeRun]]:  # fmt: skip
-    """(mode, tree) jobs through the tree runner, each tree with its mode's budgets."""
+    """(mode, tree) jobs through the Sampler, each tree with its mode's budgets; the policy is closed after."""
     mode_of = {id(spec): mode for mode, spec in jobs}
-    runs = await run_trees(
-        [spec for _, spec in jobs], policy, chat, lambda spec: agent_config(suite, mode_of[id(spec)], context),
-        suite.cfg.sandbox, temperature, concurrency, on_tree_done=on_done,
-    )  # fmt: skip
+    agent = lambda spec: agent_config(suite, mode_of[id(spec)], context)  # noqa: E731
+    sampler = Sampler(policy, chat, agent, suite.cfg.sandbox, None, temperature, concurrency)
+    runs = sampler.run([spec for _, spec in jobs], on_tree_done=on_done)
     return [(mode_of[id(run.spec)], run) for run in runs]
 
 
@@ -86,7 +83,7 @@ def expert_examples(cfg: WarmStartConfig, chat: ChatFraming, suite: Suite) -> li
     for mode, n in (("recursive", cfg.recursive_episodes), ("flat", cfg.flat_episodes)):
         for i, task in enumerate(suite.demonstration_tasks(cfg, mode, n, rng)):
             jobs.append((mode, TreeSpec(f"ws-{mode}-{i}", 0, suite.env(task), task.difficulty)))
-    runs = asyncio.run(run_modes(jobs, suite, expert, chat, cfg.context, cfg.max_concurrent_trees, 1.0))
+    runs = run_modes(jobs, suite, expert, chat, cfg.context, cfg.max_concurrent_trees, 1.0)
     mistakes = getattr(expert, "mistakes", {})
     rows = []
     for mode, run in runs:
@@ -337,14 +334,12 @@ def evaluate_small(
     by mode and difficulty, through the runtime and the batching engine (every cell really runs),
     on engine processes as a campaign's evaluation (policy.engine_processes: auto)."""
     from rao_core.config import HFPolicy
-    from rao_core.engines import build_engine
+    from rao_core.engines.open import open_policy_engine
     from rao_core.engines.scope import engine_scope
 
     torch.set_num_threads(threads)
     difficulties = tuple(difficulties) or suite.labels(suite.args)[1]
-    tokenizer = load_tokenizer(str(model_path))
     policy = HFPolicy(model=str(model_path), device="cpu", dtype="float32", max_batch_size=max_batch_size)
-    chat = chat_framing(suite.cfg, tokenizer)
     tasks = suite.held_out_tasks(difficulties, n_per_difficulty, seed)
     jobs = [(m, TreeSpec(t.task_id, 0, suite.env(t), t.difficulty)) for m in modes for t in tasks]
     start, done = time.time(), [0]
@@ -354,16 +349,10 @@ def evaluate_small(
         if progress and (done[0] % 50 == 0 or done[0] == len(jobs)):
             print(f"eval: {done[0]}/{len(jobs)} trees, {time.time() - start:.0f} s", flush=True)
 
-    async def run_all(engine: Policy) -> list[tuple[str, TreeRun]]:
-        try:
-            return await run_modes(
-                jobs, suite, engine, chat, context, max_concurrent_trees, 0.0, lambda _: tick()
-            )
-        finally:
-            await engine.close()
-
     with engine_scope():  # children of its own, stopped after (not kept idle in a campaign's scope)
-        runs = asyncio.run(run_all(build_engine(policy, tokenizer)))
+        engine, tokenizer = open_policy_engine(policy, Path(model_path))
+        chat = ChatFraming(tokenizer, suite.cfg.policy.chat_template_kwargs)
+        runs = run_modes(jobs, suite, engine, chat, context, max_concurrent_trees, 0.0, lambda _: tick())
     wins: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     statuses: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for mode, run in runs:
@@ -404,7 +393,7 @@ def warm_start(
         if cfg.demonstrations:
             rows = demonstration_examples(cfg, len(tok))
         else:
-            rows = expert_examples(cfg, chat_framing(suite.cfg, tok), suite)
+            rows = expert_examples(cfg, ChatFraming(tok, suite.cfg.policy.chat_template_kwargs), suite)
         write_text(data_path, "".join(json.dumps(r) + "\n" for r in rows))
     data = {"examples": len(rows), "data_seconds": round(time.time() - t0, 1),
             "by_mode": {m: sum(r["mode"] == m for r in rows) for m in MODES},

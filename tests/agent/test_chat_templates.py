@@ -13,11 +13,13 @@ from collections import defaultdict
 import pyarrow.parquet as pq
 import pytest
 
-from rao_core import campaign, rollout
 from rao_core.agent.prompts import ChatFraming
 from rao_core.envs.suites import open_suite
 from rao_core.policy import Generation, GenerationRequest, Policy
-from rao_core.run import load_config
+from rao_core.run import Run, load_config
+from rao_core.stages import common
+from rao_core.stages.rollout import roll_out
+from rao_core.stages.score import score
 from rao_core.train.samples import read_rows
 from tests.agent.families import FAMILIES, checkpoint
 
@@ -64,7 +66,7 @@ def test_sampled_tokens_are_the_trained_tokens(name, tmp_path, monkeypatch):
             "rollout.num_tasks=1", "rollout.group_size=2", "scoring.zero_advantage_groups=keep",
         ]
     )  # fmt: skip
-    made = rollout.make_policy
+    made = common.open_policy
     recorders = []
 
     def recording(*args, **kw):
@@ -72,10 +74,10 @@ def test_sampled_tokens_are_the_trained_tokens(name, tmp_path, monkeypatch):
         recorders.append(Recorder(policy))
         return recorders[-1], tok
 
-    monkeypatch.setattr(rollout, "make_policy", recording)
+    monkeypatch.setattr(common, "open_policy", recording)
     open_suite(cfg)
-    campaign.stage_rollout(cfg, 0)
-    campaign.stage_score(cfg, 0)
+    roll_out(Run(cfg), 0)
+    score(Run(cfg), 0)
 
     tok = family.tokenizer()
     nodes = pq.read_table(cfg.run_dir / "rollouts/round=0/nodes.parquet").to_pylist()

@@ -16,15 +16,16 @@ from rao_core.config import AgentConfig, SandboxConfig, ScoringConfig
 from rao_core.engines.hf import HFEngine
 from rao_core.engines.openai import OpenAIEngine
 from rao_core.engines.server import start_background
+from rao_core.eval.metrics import summarize
 from rao_core.models.tokenizer import tiny_tokenizer
 from rao_core.policy import Generation, GenerationRequest, Policy
-from rao_core.rollout import summarize, tree_rows
+from rao_core.sampler import tree_rows
 from rao_core.scoring import score_round, scores_summary
 from rao_core.store.parquet import read_partition, write_partition
 from rao_core.store.schema import NODE_SCHEMA
 from tests.agent.test_runtime import CHAT, NoteEnv
 from tests.agent.test_sandbox import OS
-from tests.conftest import CellScript
+from tests.conftest import CellScript, row_labels
 from tests.engines import small_model
 
 AGENT = AgentConfig(cell_timeout_s=5.0, tree_timeout_s=60.0, reply_format="thought_python", max_steps=3,
@@ -141,7 +142,7 @@ def test_no_node_of_an_affected_tree_is_trained(toy):
     runs = asyncio.run(
         run_trees(specs, policy, CHAT, cfg.agent, cfg.sandbox, engine_attempts=cfg.policy.retries)
     )
-    rows = [row for r in runs for row in tree_rows(r, cfg, "train")]
+    rows = [row for r in runs for row in tree_rows(r, row_labels(cfg))]
     table = pa.Table.from_pylist(rows, schema=NODE_SCHEMA)
     write_partition({"nodes": table}, cfg.run_dir / "rollouts" / "round=0")
     score_round(cfg.run_dir, 0, ScoringConfig(zero_advantage_groups="keep"))

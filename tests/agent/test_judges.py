@@ -16,13 +16,14 @@ from rao_core.agent.tree import TreeSpec
 from rao_core.config import AgentConfig, ConfigError, JudgeConfig, SandboxConfig
 from rao_core.engines.hf import HFEngine
 from rao_core.engines.hf_process import ProcessEngine, ReplicatedEngine
+from rao_core.engines.open import open_judge_engine
 from rao_core.engines.server import start_background
 from rao_core.errors import JudgeError
 from rao_core.judges import ModelJudge, build_judge, judge_prompt
 from rao_core.models.tiny import save_checkpoint
 from rao_core.query import run_query
-from rao_core.rollout import tree_rows
 from rao_core.run import load_config
+from rao_core.sampler import tree_rows
 from rao_core.store.parquet import write_partition
 from rao_core.store.schema import NODE_SCHEMA
 from rao_core.verdicts import (
@@ -36,7 +37,7 @@ from rao_core.verdicts import (
     parse_verdict,
 )
 from tests.agent.test_runtime import CHAT, NoteEnv
-from tests.conftest import CellScript
+from tests.conftest import CellScript, row_labels
 from tests.engines import req, small_model
 
 TOK = CHAT.tokenizer
@@ -193,9 +194,11 @@ def test_build_judge_from_config(tmp_path):
     with pytest.raises(ConfigError, match="judge.kind"):
         load_config(overrides=["judge.kind=oracle"])
     with pytest.raises(ConfigError, match="judge.model"):
-        build_judge(JudgeConfig(kind="hf"), tmp_path)
+        open_judge_engine(JudgeConfig(kind="hf"))
     with pytest.raises(ConfigError, match="judge.base_url"):
-        build_judge(JudgeConfig(kind="openai", model="tiny"), tmp_path)
+        open_judge_engine(JudgeConfig(kind="openai", model="tiny"))
+    with pytest.raises(ValueError, match="handed its engine"):  # a judge never builds its own
+        build_judge(JudgeConfig(kind="hf", model="tiny"), tmp_path)
 
 
 def test_model_judge_on_a_random_transformer(tmp_path):
@@ -204,7 +207,7 @@ def test_model_judge_on_a_random_transformer(tmp_path):
     prompt (temperature 1: greedy decoding of a random model is only newlines)."""
     path = save_checkpoint(small_model(TOK), TOK, tmp_path / "judge-model")
     cfg = JudgeConfig(kind="hf", model=str(path), max_new_tokens=12, temperature=1.0)
-    judge = build_judge(cfg, tmp_path)
+    judge = build_judge(cfg, tmp_path, open_judge_engine(cfg))
     assert isinstance(judge, ModelJudge)
     assert isinstance(judge.engine, (HFEngine, ProcessEngine, ReplicatedEngine))  # engine_processes: auto
     fresh = HFEngine(small_model(TOK), TOK)
@@ -235,7 +238,7 @@ def test_openai_judge_through_the_project_server(tmp_path):
     url, stop = start_background(HFEngine(small_model(TOK), TOK))
     try:
         cfg = JudgeConfig(kind="openai", model="tiny", base_url=url, served_model="srv", max_new_tokens=8)
-        judge = build_judge(cfg, tmp_path)
+        judge = build_judge(cfg, tmp_path, open_judge_engine(cfg))
         assert isinstance(judge, ModelJudge) and judge.name == "srv"
 
         async def main():
@@ -316,7 +319,7 @@ def test_judged_children_are_stored_and_queryable(toy):
     judge = ScriptedJudge(JudgeCache(cfg.run_dir / "judge_cache"))
     spec = TreeSpec("t", 0, JudgedNoteEnv("say ok"))
     runs = asyncio.run(run_trees([spec], CellScript(script), CHAT, cfg.agent, cfg.sandbox, 1.0, judge=judge))
-    table = pa.Table.from_pylist(tree_rows(runs[0], cfg, "train"), schema=NODE_SCHEMA)
+    table = pa.Table.from_pylist(tree_rows(runs[0], row_labels(cfg)), schema=NODE_SCHEMA)
     write_partition({"nodes": table}, cfg.layout.rollouts(0))
     _, rows = run_query(
         cfg.run_dir,

@@ -16,12 +16,13 @@ from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeSpec
 from rao_core.config import AgentConfig, SandboxConfig
 from rao_core.envs.base import success_value
-from rao_core.rollout import summarize, tree_rows
+from rao_core.eval.metrics import summarize
+from rao_core.sampler import tree_rows
 from rao_core.store.schema import NODE_SCHEMA
 from rao_core.verdicts import Judge, Verdict
 from tests.agent.test_judges import JudgedNoteEnv, judged_tree, script
 from tests.agent.test_runtime import CHAT, NoteEnv
-from tests.conftest import CellScript
+from tests.conftest import CellScript, row_labels
 
 BAD = [1.7, -0.1, math.nan, "1", RuntimeError("scorer crashed")]
 GOOD = [(True, 1.0), (0, 0.0), (0.5, 0.5), (np.float32(0.25), 0.25), (np.int64(1), 1.0)]
@@ -69,7 +70,7 @@ def test_a_suite_success_outside_the_contract_fails_its_node(value):
     assert "suite scored" in rec.finish_message and "ScoredEnv.success" in rec.finish_message
     shown = "crashed" if isinstance(value, Exception) else repr(value)
     assert shown in rec.finish_message
-    rows = [r for t in (good, bad) for r in tree_rows(t, _rows_cfg(), "train")]
+    rows = [r for t in (good, bad) for r in tree_rows(t, row_labels(_rows_cfg()))]
     s = summarize(pa.Table.from_pylist(rows, schema=NODE_SCHEMA))
     assert (s["infra_failed_nodes"], s["scorer_failed_nodes"], s["infra_failed_trees"]) == (1, 1, 1)
 

@@ -20,7 +20,7 @@ from rao_core.engines.scope import engine_scope
 from rao_core.models.tiny import save_checkpoint
 from rao_core.models.tokenizer import tiny_tokenizer
 from rao_core.policy import Generation, GenerationRequest, NodeState, Policy
-from rao_core.run import load_config
+from rao_core.run import Run, load_config
 from tests.engines import req, small_model
 
 TOK = tiny_tokenizer()
@@ -178,13 +178,13 @@ def test_engine_processes_auto():
 def test_ray_shards_are_the_replicas(checkpoints, tmp_path):
     """Under rollout.runner=ray each shard's engine is one HFEngine in its worker (auto -> 0)."""
     from rao_core.envs.suites import open_suite
-    from rao_core.rollout import make_policy
+    from rao_core.stages.common import open_policy
 
     # open_suite synthesizes the run's task split: into tmp_path, not the checkout's runs/
     cfg = load_config(
         None, [f"runs_dir={tmp_path}", f"policy.model={checkpoints['a']}", "rollout.runner=ray"]
     )
-    engine, _ = make_policy(cfg, open_suite(cfg))
+    engine, _ = open_policy(Run(cfg), open_suite(cfg), 0, cfg.agent.max_context_tokens)
     assert isinstance(engine, HFEngine)
     asyncio.run(engine.close())
 
@@ -196,7 +196,7 @@ def test_a_campaign_scope_starts_its_children_at_once(checkpoints, tmp_path):
     cfg = load_config(
         None, [f"runs_dir={tmp_path}", f"policy.model={checkpoints['a']}", "policy.engine_processes=2"]
     )
-    with engines(cfg) as scope:
+    with engines(Run(cfg)) as scope:
         started = dict(scope.hf_processes)
         assert len(started) == 2 and all(p.alive() for p in started.values())
         engine = build_engine(cfg.policy, TOK)

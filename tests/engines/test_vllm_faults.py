@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from rao_core.engines.scope import engine_scope
-from rao_core.rollout import rollout_round
-from rao_core.run import load_config
+from rao_core.run import Run, load_config
+from rao_core.stages.rollout import roll_out
 
 pytestmark = pytest.mark.vllm
 ROUND = ["policy.kind=vllm", "rollout.num_tasks=4", "rollout.group_size=2", "rollout.difficulty=medium"]
@@ -46,7 +46,7 @@ def rows(path) -> dict[str, dict]:
 def test_server_killed_mid_rollout_is_restarted_and_the_round_completes(tmp_path, vllm_python):
     with engine_scope() as scope:  # one server for both rounds, as in a campaign
         reference = rows(
-            rollout_round(load_config(overrides=[f"runs_dir={tmp_path}", "run_name=ref", *ROUND]))
+            roll_out(Run(load_config(overrides=[f"runs_dir={tmp_path}", "run_name=ref", *ROUND])), 0)
         )
         (server,) = scope.servers.values()
         cfg = load_config(overrides=[f"runs_dir={tmp_path}", "run_name=killed", *ROUND])
@@ -54,7 +54,7 @@ def test_server_killed_mid_rollout_is_restarted_and_the_round_completes(tmp_path
         killer = threading.Thread(target=kill_after, args=(server, 20, done))
         killer.start()
         try:
-            killed = rows(rollout_round(cfg))
+            killed = rows(roll_out(Run(cfg), 0))
         finally:
             done.set()
             killer.join()

@@ -13,8 +13,9 @@ import pytest
 from rao_core.agent.runner import run_trees
 from rao_core.config import ConfigError
 from rao_core.envs.suites import open_suite
-from rao_core.rollout import Draw, draw_trees
-from rao_core.run import load_config
+from rao_core.run import Run, load_config
+from rao_core.sampler import draw_trees
+from rao_core.stages.rollout import training_draw
 from rao_core.verdicts import ScriptedJudge
 from tests.agent.test_runtime import CHAT
 from tests.conftest import CellScript
@@ -70,7 +71,7 @@ def answer_script(node) -> str:
 
 def run_roots(cfg, judge=None):
     suite = open_suite(cfg)
-    specs = draw_trees(cfg, suite, Draw.training(cfg))
+    specs = draw_trees(suite, training_draw(Run(cfg), 0))
 
     def script(node) -> str:  # the goal text, as the node's REPL would not know it
         code = answer_script(node)

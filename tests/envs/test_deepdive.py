@@ -396,13 +396,15 @@ DD = [
 
 def test_expert_solves_its_questions_through_rollout_scoring_and_eval(tmp_path):
     from rao_core.envs.suites import open_suite
-    from rao_core.eval.evaluate import evaluate_round
-    from rao_core.rollout import load_round, rollout_round, summarize
+    from rao_core.eval.metrics import load_round, summarize
+    from rao_core.run import Run
     from rao_core.scoring import score_round, scores_summary
+    from rao_core.stages.evaluate import evaluate
+    from rao_core.stages.rollout import roll_out
 
     cfg = toy_config(tmp_path, *DD, "judge.kind=scripted")
-    rollout_round(cfg)
-    rows = load_round(cfg, 0).to_pylist()
+    roll_out(Run(cfg), 0)
+    rows = load_round(cfg.layout, 0).to_pylist()
     roots = [r for r in rows if r["depth"] == 0]
     assert len(roots) == 12 and all(r["success"] == 1.0 and r["status"] == "finished" for r in roots)
     assert {r["success_source"] for r in roots} == {"verifier"}  # exact match, no judge
@@ -417,10 +419,10 @@ def test_expert_solves_its_questions_through_rollout_scoring_and_eval(tmp_path):
         assert all(k["success"] == 1.0 and "search_web(" in k["transcript"] for k in kids)
         assert json.loads(root["targets"])["reference"] == root["finish_message"]
     assert all(r["parent_id"] is None or ids[r["parent_id"]]["depth"] == 0 for r in rows)
-    assert summarize(load_round(cfg, 0))["max_depth"] == 1
+    assert summarize(load_round(cfg.layout, 0))["max_depth"] == 1
     score_round(cfg.run_dir, 0, cfg.scoring)
     assert scores_summary(cfg.run_dir, 0)  # the SQL scoring stage accepts the suite's rows
-    metrics = evaluate_round(cfg, 0)
+    metrics = evaluate(Run(cfg), 0)
     val = open_suite(cfg).tasks("val")
     expected = sum(min(3, sum(t.difficulty == d for t in val)) for d in ("easy", "extreme"))
     assert metrics["all"]["trees"] == expected >= 2 and metrics["all"]["success"] == 1.0
@@ -428,7 +430,9 @@ def test_expert_solves_its_questions_through_rollout_scoring_and_eval(tmp_path):
 
 
 def test_single_agent_expert_is_flat_and_correct(tmp_path):
-    from rao_core.rollout import load_round, rollout_round
+    from rao_core.eval.metrics import load_round
+    from rao_core.run import Run
+    from rao_core.stages.rollout import roll_out
 
     cfg = toy_config(
         tmp_path,
@@ -438,18 +442,20 @@ def test_single_agent_expert_is_flat_and_correct(tmp_path):
         "scoring.single_tree_groups=zero_baseline",
         "agent.reply_format=markdown",
     )
-    rollout_round(cfg)
-    rows = load_round(cfg, 0).to_pylist()
+    roll_out(Run(cfg), 0)
+    rows = load_round(cfg.layout, 0).to_pylist()
     assert {r["depth"] for r in rows} == {0} and all(r["success"] == 1.0 for r in rows)
     assert all("launch_subagent" not in r["transcript"] for r in rows)
 
 
 def test_expert_mistakes_make_imperfect_trees(tmp_path):
-    from rao_core.rollout import load_round, rollout_round
+    from rao_core.eval.metrics import load_round
+    from rao_core.run import Run
+    from rao_core.stages.rollout import roll_out
 
     cfg = toy_config(tmp_path, *DD, "policy.error_rate=0.6", "rollout.num_tasks=8", "judge.kind=scripted")
-    rollout_round(cfg)
-    rows = load_round(cfg, 0).to_pylist()
+    roll_out(Run(cfg), 0)
+    rows = load_round(cfg.layout, 0).to_pylist()
     assert all(r["status"] != "error" for r in rows)
     for depth in (0, 1):  # wrong answers fail at both levels, right ones pass
         assert {r["success"] for r in rows if r["depth"] == depth} == {0.0, 1.0}
@@ -469,14 +475,16 @@ def test_config_file_and_field_errors():
 
 def test_expert_is_deterministic_per_node(tmp_path):
     """Same seed and config -> the same cells: a rollout is reproducible."""
-    from rao_core.rollout import load_round, rollout_round
+    from rao_core.eval.metrics import load_round
+    from rao_core.run import Run
+    from rao_core.stages.rollout import roll_out
 
     a = toy_config(tmp_path / "a", *DD, "policy.error_rate=0.3", "rollout.num_tasks=3")
     b = toy_config(tmp_path / "b", *DD, "policy.error_rate=0.3", "rollout.num_tasks=3")
-    rollout_round(a)
-    rollout_round(b)
+    roll_out(Run(a), 0)
+    roll_out(Run(b), 0)
     key = lambda rows: sorted((r["node_id"], r["finish_message"], r["turns"]) for r in rows)  # noqa: E731
-    assert key(load_round(a, 0).to_pylist()) == key(load_round(b, 0).to_pylist())
+    assert key(load_round(a.layout, 0).to_pylist()) == key(load_round(b.layout, 0).to_pylist())
 
 
 def test_synthesized_folder_round_trips(tmp_path):

@@ -41,10 +41,11 @@ from rao_core.envs.oolong.extract import (
 from rao_core.envs.oolong.questions import answer_from_log, candidate_args
 from rao_core.envs.oolong.tasks import bucket_chars
 from rao_core.envs.suites import open_suite
-from rao_core.eval.evaluate import evaluate_round
-from rao_core.rollout import load_round, rollout_round
-from rao_core.run import load_config
+from rao_core.eval.metrics import load_round
+from rao_core.run import Run, load_config
 from rao_core.scoring import score_round
+from rao_core.stages.evaluate import evaluate
+from rao_core.stages.rollout import roll_out
 from rao_core.store.parquet import read_partition
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -351,8 +352,8 @@ E2E = [
 
 def test_scripted_trees_through_rollout_scoring_and_eval(tmp_path):
     cfg = load_config(overrides=[f"runs_dir={tmp_path}", *E2E])
-    rollout_round(cfg)
-    rows = load_round(cfg, 0).to_pylist()
+    roll_out(Run(cfg), 0)
+    rows = load_round(cfg.layout, 0).to_pylist()
     roots = [r for r in rows if r["depth"] == 0]
     children = [r for r in rows if r["depth"] == 1]
     assert len(roots) == 6 and all(r["success"] == 1.0 and r["children"] >= 2 for r in roots)
@@ -370,7 +371,7 @@ def test_scripted_trees_through_rollout_scoring_and_eval(tmp_path):
     for s in scores:
         if s["depth"] == 0:  # Eq. 1 with the suite's lambda: 1 + 0.4 * mean of the children's 1.0
             assert s["reward"] == pytest.approx(1.0 + 0.4 * (kids[s["node_id"]] > 0))
-    summary = evaluate_round(cfg, 0)
+    summary = evaluate(Run(cfg), 0)
     assert summary["easy"]["trees"] == 2 and summary["easy"]["success"] == 1.0
     assert summary["medium"]["success"] == 1.0 and summary["medium"]["root_delegation_rate"] == 1.0
 
@@ -379,11 +380,11 @@ def test_single_mode_expert_solves_alone_and_mistakes_cost_score(tmp_path):
     cfg = load_config(
         overrides=[f"runs_dir={tmp_path}", *E2E, "agent.mode=single", "agent.reply_format=python"]
     )
-    rollout_round(cfg)
-    rows = load_round(cfg, 0).to_pylist()
+    roll_out(Run(cfg), 0)
+    rows = load_round(cfg.layout, 0).to_pylist()
     assert {r["depth"] for r in rows} == {0} and all(r["success"] == 1.0 for r in rows)
     assert all(r["turns"] >= 3 for r in rows)  # inspect, at least one chunk, aggregate
     noisy = load_config(overrides=[f"runs_dir={tmp_path}", *E2E, "run_name=noisy", "policy.error_rate=0.6"])
-    rollout_round(noisy)
-    scores = [r["success"] for r in load_round(noisy, 0).to_pylist() if r["depth"] == 0]
+    roll_out(Run(noisy), 0)
+    scores = [r["success"] for r in load_round(noisy.layout, 0).to_pylist() if r["depth"] == 0]
     assert min(scores) < 1.0

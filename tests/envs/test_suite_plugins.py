@@ -16,8 +16,10 @@ from rao_core.agent.runner import run_trees
 from rao_core.config import ConfigError
 from rao_core.envs.registry import registered, suite_class
 from rao_core.envs.suites import TextCraftSmallData, open_suite
-from rao_core.rollout import Draw, draw_trees
-from rao_core.run import load_config
+from rao_core.run import Run, load_config
+from rao_core.sampler import draw_trees
+from rao_core.stages.evaluate import evaluation_draw
+from rao_core.stages.rollout import training_draw
 from tests.agent.test_runtime import CHAT
 from tests.conftest import CellScript
 
@@ -111,12 +113,12 @@ def test_a_user_suite_by_import_path_runs_its_trees(user_pkg, tmp_path):
     assert (cfg.rollout.split, cfg.rollout.difficulty, cfg.eval.split) == ("fit", ["small", "big"], "holdout")
     suite = open_suite(cfg)
     assert suite.args.word == "hi" and suite.args.n == 6
-    specs = draw_trees(cfg, suite, Draw.training(cfg))
+    specs = draw_trees(suite, training_draw(Run(cfg), 0))
     assert len(specs) == 4 and {s.difficulty for s in specs} <= {"small", "big"}
     script = CellScript(lambda n: "print(shout('hi'))" if n.turn == 0 else "finish(shout('hi'))")
     runs = asyncio.run(run_trees(specs, script, CHAT, cfg.agent, cfg.sandbox))
     assert [r.records[0].success for r in runs] == [1.0] * 4
-    evals = draw_trees(cfg, suite, Draw.evaluation(cfg))
+    evals = draw_trees(suite, evaluation_draw(Run(cfg), 0))
     assert evals and all(s.task_id in {t.task_id for t in suite.tasks("holdout")} for s in evals)
 
 

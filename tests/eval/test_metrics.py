@@ -2,8 +2,9 @@
 
 import pytest
 
-from rao_core.eval.evaluate import evaluate_round
 from rao_core.eval.metrics import paired_bootstrap, per_task_success, tree_metrics, wilson_interval
+from rao_core.run import Run
+from rao_core.stages.evaluate import evaluate
 from rao_core.store.parquet import read_partition
 
 
@@ -46,16 +47,16 @@ def test_wilson_interval():
 
 def test_evaluate_round_writes_partition_and_summary(toy):
     cfg = toy("eval.num_tasks=2", "eval.difficulty=easy,medium", "policy.error_rate=0")
-    m = evaluate_round(cfg, 0)
+    m = evaluate(Run(cfg), 0)
     assert m["easy"]["trees"] == 2 and m["medium"]["trees"] == 2
     assert (cfg.layout.eval(0) / "summary.json").is_file()
-    assert evaluate_round(cfg, 0) == m  # idempotent
+    assert evaluate(Run(cfg), 0) == m  # idempotent
 
 
 def test_sampled_evaluation_rolls_out_k_trees_per_task(toy):
     """eval.samples k at temperature > 0: k trees of each held-out task, success is their mean."""
     cfg = toy("eval.num_tasks=2", "eval.difficulty=easy", "eval.samples=3", "eval.temperature=1")
-    m = evaluate_round(cfg, 0)
+    m = evaluate(Run(cfg), 0)
     rows = read_partition(cfg.layout.eval(0), "nodes").to_pylist()
     roots = [r for r in rows if r["parent_id"] is None]
     assert m["easy"]["trees"] == 6 and len({r["task_id"] for r in roots}) == 2

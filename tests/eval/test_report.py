@@ -10,10 +10,11 @@ import matplotlib.image
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rao_core import campaign, reporting, tracking
-from rao_core.eval.compare import compare_version, grid
-from rao_core.eval.evaluate import evaluate_round
+from rao_core import tracking
 from rao_core.eval.report import comparison_markdown, curves_markdown, plot_learning_curves, plot_sft_loss
+from rao_core.run import Run, control_config
+from rao_core.stages import report
+from rao_core.stages.evaluate import compare, evaluate, grid
 from tests.conftest import toy_config
 
 
@@ -72,8 +73,8 @@ def test_sft_loss_plot(tmp_path):
 
 def test_grid_and_bad_settings(tmp_path):
     cfg = toy_config(tmp_path, "eval.modes=single,recursive", "eval.context_limits=4096,8192")
-    assert grid(cfg) == [("single", 4096), ("recursive", 4096), ("single", 8192), ("recursive", 8192)]
-    assert grid(toy_config(tmp_path, "eval.modes=recursive")) == [("recursive", 8192)]
+    assert grid(Run(cfg)) == [("single", 4096), ("recursive", 4096), ("single", 8192), ("recursive", 8192)]
+    assert grid(Run(toy_config(tmp_path, "eval.modes=recursive"))) == [("recursive", 8192)]
     from rao_core.config import ConfigError
 
     with pytest.raises(ConfigError, match="eval.modes"):
@@ -86,8 +87,8 @@ def test_compare_version_runs_every_cell_once(tmp_path):
     cfg = toy_config(
         tmp_path, "eval.num_tasks=2", "eval.difficulty=easy", "eval.context_limits=1024,8192", "tracking.enabled=false"
     )  # fmt: skip
-    result = compare_version(cfg, 0)
-    assert [(c["mode"], c["ctx"]) for c in result["cells"]] == grid(cfg)
+    result = compare(Run(cfg), 0)
+    assert [(c["mode"], c["ctx"]) for c in result["cells"]] == grid(Run(cfg))
     for c in result["cells"]:
         assert c["summary"]["all"]["trees"] == 2
         if c["mode"] == "single":
@@ -95,15 +96,15 @@ def test_compare_version_runs_every_cell_once(tmp_path):
     recursive = {c["ctx"]: c["summary"] for c in result["cells"] if c["mode"] == "recursive"}
     assert recursive[8192]["all"]["max_depth"] >= 1  # the expert delegates
     stamp = os.stat(cfg.layout.compare(0, "single", 1024) / "nodes.parquet").st_mtime_ns
-    assert compare_version(cfg, 0) == result  # complete cells are read back, not re-run
+    assert compare(Run(cfg), 0) == result  # complete cells are read back, not re-run
     assert os.stat(cfg.layout.compare(0, "single", 1024) / "nodes.parquet").st_mtime_ns == stamp
-    files = reporting.write_comparison(cfg, result)
+    files = report.write_comparison(Run(cfg), result)
     assert "| easy |" in files["table"].read_text() and files["depth_plot"].stat().st_size > 5000
 
 
 def test_control_arm_config(tmp_path):
     cfg = toy_config(tmp_path, "campaign.control_arm=true", "scoring.lam=0.4", "policy.model=warmstart")
-    ctrl = campaign.control_config(cfg)
+    ctrl = control_config(cfg)
     assert ctrl.run_name == f"{cfg.run_name}-single" and ctrl.agent.mode == "single"
     assert ctrl.scoring.lam == 0.0 and ctrl.scoring.depth_weighting is False
     assert not ctrl.campaign.control_arm  # the control arm has no control arm
@@ -112,21 +113,21 @@ def test_control_arm_config(tmp_path):
     for name in same:
         section, field = name.split(".")
         assert getattr(getattr(ctrl, section), field) == getattr(getattr(cfg, section), field)
-    more = campaign.control_config(toy_config(tmp_path, "campaign.control_tasks=7", "rollout.num_tasks=5"))
+    more = control_config(toy_config(tmp_path, "campaign.control_tasks=7", "rollout.num_tasks=5"))
     assert (more.rollout.num_tasks, more.rollout.group_size) == (7, cfg.rollout.group_size)
 
 
 def test_campaign_report_logs_both_arms(tmp_path):
     cfg = toy_config(tmp_path, "campaign.control_arm=true", "eval.num_tasks=1", "eval.difficulty=easy")
-    for arm in (cfg, campaign.control_config(cfg)):
+    for arm in (cfg, control_config(cfg)):
         for version in (0, 1):
-            evaluate_round(campaign.round_config(arm, version), version)
-    files = reporting.write_campaign_report(cfg)
+            evaluate(Run(arm), version)
+    files = report.write_campaign_report(Run(cfg))
     text = files["curves"].read_text()
     assert "recursive easy" in text and "single easy" in text and "| v1 |" in text
     assert "| recursive v0 -> v1 | all | 1 |" in text and "| single v0 -> v1 | all | 1 |" in text
     assert "| recursive | 0 | 0 |" in text  # no rollouts yet: nothing spent
-    lines = reporting.gain_lines(cfg)
+    lines = report.gain_lines(Run(cfg))
     assert [line.split()[0] for line in lines] == [cfg.run_name, f"{cfg.run_name}-single"]
     client = MlflowClient(tracking.tracking_uri(cfg))
     names = {a.path for a in client.list_artifacts(tracking.campaign_run_id(cfg), "reports")}

@@ -15,7 +15,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-import rao_core.rollout as rollout
+import rao_core.stages.common as common
 from flows.cli import main
 from rao_core.config import ScoringConfig
 from rao_core.eval.viewer import (
@@ -27,8 +27,9 @@ from rao_core.eval.viewer import (
     write_tree_sample,
 )
 from rao_core.policy import Generation, GenerationRequest, Policy
-from rao_core.rollout import rollout_round
+from rao_core.run import Run
 from rao_core.scoring import score_round
+from rao_core.stages.rollout import roll_out
 from tests.conftest import toy_config
 
 PAYLOAD = "<script>document.title='pwned'</script><img src=x onerror=\"document.title='pwned'\">"
@@ -62,15 +63,15 @@ def run_dir(tmp_path_factory) -> Path:
         "rollout.difficulty=medium",
         "policy.error_rate=0",
     )
-    real = rollout.make_policy
+    real = common.open_policy
 
     def hostile_policy(*args, **kwargs):
         policy, tokenizer = real(*args, **kwargs)
         return Hostile(policy), tokenizer
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(rollout, "make_policy", hostile_policy)
-        rollout_round(cfg)
+        mp.setattr(common, "open_policy", hostile_policy)
+        roll_out(Run(cfg), 0)
     return cfg.run_dir
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from rao_core.envs.suites import open_suite
-from rao_core.rollout import rollout_round
-from rao_core.run import load_config
+from rao_core.run import Run, load_config
+from rao_core.stages.rollout import roll_out
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -39,7 +39,7 @@ def test_the_expert_solves_every_tree_at_every_depth(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     cfg = load_config(CONFIG, [f"runs_dir={tmp_path}", "policy.kind=scripted", "rollout.difficulty=easy,medium,hard",
                                "suite_args.tasks_per_difficulty=8"])  # fmt: skip
-    nodes = __import__("pyarrow.parquet").parquet.read_table(rollout_round(cfg)).to_pylist()
+    nodes = __import__("pyarrow.parquet").parquet.read_table(roll_out(Run(cfg), 0)).to_pylist()
     assert nodes and all(n["success"] == 1.0 for n in nodes)
     assert max(n["depth"] for n in nodes) == 3
     suite = open_suite(cfg)

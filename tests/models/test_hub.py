@@ -6,11 +6,14 @@ from __future__ import annotations
 import huggingface_hub.constants
 import pytest
 
-from rao_core import campaign, rollout
 from rao_core.checkpoints import initial_model
 from rao_core.config import ConfigError
 from rao_core.envs.suites import open_suite
-from rao_core.run import load_config
+from rao_core.run import Run, load_config
+from rao_core.stages import common
+from rao_core.stages.rollout import roll_out
+from rao_core.stages.score import score
+from rao_core.stages.train import train
 from tests.agent.families import FAMILIES, checkpoint
 
 REPO, COMMIT = "Org/Tiny-Qwen3", "0123456789abcdef0123456789abcdef01234567"
@@ -43,9 +46,9 @@ def test_a_cached_hub_id_trains_and_serves(tmp_path, hub):
     cfg = config(tmp_path)
     assert initial_model(cfg.policy.model, cfg.run_dir) == hub
     open_suite(cfg)
-    campaign.stage_rollout(cfg, 0)
-    campaign.stage_score(cfg, 0)
-    metrics = campaign.stage_train(cfg, 0)
+    roll_out(Run(cfg), 0)
+    score(Run(cfg), 0)
+    metrics = train(Run(cfg), 0)
     assert metrics["model_path"] == str(hub) and metrics["served_dtype"] == "bfloat16"
     assert (cfg.layout.checkpoint(1) / "trainer_state" / "master" / "config.json").is_file()
 
@@ -57,7 +60,7 @@ def test_vllm_is_given_the_snapshot_folder(tmp_path, hub, monkeypatch):
     seen = []
     monkeypatch.setattr(engines, "build_engine", lambda policy_cfg, *a, **k: seen.append(policy_cfg.model))
     cfg = config(tmp_path, "policy.kind=vllm", "policy.vllm_python=/bin/sh")
-    rollout.make_policy(cfg, None)
+    common.open_policy(Run(cfg), None, 0, cfg.agent.max_context_tokens)
     assert seen == [str(hub)]
 
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rao_core import campaign
 from rao_core.checkpoints import is_complete
 from rao_core.models.tokenizer import tiny_tokenizer
-from rao_core.run import load_config
+from rao_core.run import Run, load_config
+from rao_core.stages.train import train
 from rao_core.train.samples import microbatches, plan_steps
 from rao_core.train.stage import train_round
 from rao_core.train.trainer import rank_batches
@@ -37,7 +37,7 @@ def test_two_processes_give_the_loss_and_weights_of_one(tmp_path, checkpoint, ca
     write_round(cfg.run_dir, [1.0, 0.0, 1.0, 0.0])
     one = train_round(cfg.run_dir, 0, checkpoint, tmp_path / "one", cfg.train)  # in this process
     capfd.readouterr()
-    two = campaign.stage_train(cfg, 0)  # the campaign's path: torchrun, 2 processes, as a subprocess
+    two = train(Run(cfg), 0)  # the campaign's path: torchrun, 2 processes, as a subprocess
     err = capfd.readouterr().err
 
     assert (one["processes"], two["processes"]) == (1, 2)
@@ -61,7 +61,7 @@ def test_two_processes_give_the_loss_and_weights_of_one(tmp_path, checkpoint, ca
     assert err.count("wrote checkpoint") == 1 and "rank 0 wrote checkpoint" in err
     assert is_complete(out) and (out / "tokenizer.json").is_file()
     assert sorted(p.name for p in out.parent.iterdir()) == ["version=1"]
-    assert campaign.stage_train(cfg, 0) == two  # complete: returned without a launch
+    assert train(Run(cfg), 0) == two  # complete: returned without a launch
 
 
 def test_rank_batches_deal_every_row_once_with_equal_counts():

@@ -14,12 +14,14 @@ from peft.utils import get_peft_model_state_dict
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from rao_core import campaign
 from rao_core.checkpoints import optimizer_file
 from rao_core.engines.hf import HFEngine
 from rao_core.models.locate import SHIPPED, adapter_base, is_adapter
 from rao_core.models.tokenizer import tiny_tokenizer
-from rao_core.run import load_config
+from rao_core.run import Run, load_config
+from rao_core.stages.rollout import roll_out
+from rao_core.stages.score import score
+from rao_core.stages.train import train
 from rao_core.train.samples import read_rows
 from rao_core.train.stage import train_round
 from rao_core.train.trainer import TrainConfig, lora_config, train_rows
@@ -112,9 +114,9 @@ def run_rounds(cfg, rounds: int = 2) -> list[dict]:
     open_suite(cfg)
     out = []
     for r in range(rounds):
-        campaign.stage_rollout(cfg, r)
-        campaign.stage_score(cfg, r)
-        out.append(campaign.stage_train(cfg, r))
+        roll_out(Run(cfg), r)
+        score(Run(cfg), r)
+        out.append(train(Run(cfg), r))
     return out
 
 
@@ -140,7 +142,7 @@ def test_sampler_and_trainer_agree_on_an_adapter_vllm(tmp_path, vllm_python):
         tmp_path, "policy.kind=vllm", "policy.dtype=float32", f"policy.vllm_python={vllm_python}"
     )
     cfg = dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, weight_check_tolerance=1e-4))
-    with engines(cfg):  # the campaign's scope: one server for both rounds
+    with engines(Run(cfg)):  # the campaign's scope: one server for both rounds
         m = run_rounds(cfg)
     log = (cfg.run_dir / "logs" / "vllm.log").read_text()
     assert log.count("Starting vLLM") <= 1  # one server: the adapter was hot-loaded, not restarted

@@ -17,6 +17,9 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from rao_core.checkpoints import STATE, master_dir, optimizer_file
 from rao_core.models.tokenizer import tiny_tokenizer
+from rao_core.run import Run
+from rao_core.stages import report
+from rao_core.stages.train import train
 from rao_core.train.samples import read_rows
 from rao_core.train.stage import train_round
 from rao_core.train.trainer import TrainConfig, train_rows
@@ -115,16 +118,15 @@ def test_the_probe_is_that_of_the_served_bf16_weights(tmp_path):
 
 
 def test_a_round_that_changes_no_served_weight_says_so(tmp_path):
-    from rao_core import campaign, reporting
     from rao_core.run import load_config
 
     run, v0 = tmp_path / "runs" / "r", bf16_checkpoint(tmp_path / "v0")
     scored_rounds(run, 1)
     cfg = load_config(overrides=[f"runs_dir={tmp_path / 'runs'}", "run_name=r", f"policy.model={v0}"])
     still = dataclasses.replace(cfg, train=dataclasses.replace(CFG, lr=0.0))  # lr 0 moves nothing
-    metrics = campaign.stage_train(still, 0)
+    metrics = train(Run(still), 0)
     assert metrics["served_changed"] == 0 and "no served weight changed" in metrics["warning"]
-    line = reporting.train_line(still, 0)
+    line = report.train_line(Run(still), 0)
     assert "served weights changed 0.0%" in line and "\nWARNING: round 0: no served weight changed" in line
 
 

@@ -8,9 +8,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from rao_core import campaign
-from rao_core.run import load_config
+from rao_core.run import Run, load_config
 from rao_core.scoring import score_round
+from rao_core.stages.rollout import roll_out
+from rao_core.stages.train import train
 from rao_core.train.samples import logprob_temperature, make_row
 
 SMALL = [  # the shipped warm start on the small profile, a few short trees
@@ -23,11 +24,11 @@ SMALL = [  # the shipped warm start on the small profile, a few short trees
 @pytest.mark.parametrize("temperature", [0.7, 1.6])
 def test_trainer_log_probs_are_taken_at_the_recorded_temperature(tmp_path, temperature):
     cfg = load_config(overrides=[f"runs_dir={tmp_path}", *SMALL, f"policy.temperature={temperature}"])
-    path = campaign.stage_rollout(cfg, 0)
+    path = roll_out(Run(cfg), 0)
     temps = set(pq.read_table(path / "nodes.parquet", columns=["temperature"]).column(0).to_pylist())
     assert len(temps) == 1 and temps.pop() == pytest.approx(temperature)
     score_round(cfg.run_dir, 0, cfg.scoring)
-    metrics = campaign.stage_train(cfg, 0)
+    metrics = train(Run(cfg), 0)
     # lr 0, one step: the trainer's log-probs are the sampler's up to float noise, ratio 1.
     # Taken at T = 1 instead (the old train.temperature default) they are off by whole nats.
     assert metrics["temperature"] == pytest.approx(temperature)

@@ -14,6 +14,8 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from rao_core.checkpoints import optimizer_file
 from rao_core.layout import METRICS
 from rao_core.models.tokenizer import tiny_tokenizer
+from rao_core.run import Run
+from rao_core.stages import report
 from rao_core.train.flops import flop_shape, peak_bf16_tflops, throughput, train_flops
 from rao_core.train.samples import read_rows
 from rao_core.train.stage import train_round
@@ -103,7 +105,6 @@ def test_fused_adamw_is_cuda_only(tmp_path):
 
 def test_a_round_reports_tokens_per_s_and_tflops(tmp_path):
     """The stage's metrics.json, the round's log line; on the CPU the optimizer is the plain AdamW."""
-    from rao_core import reporting
     from rao_core.run import load_config
 
     v0 = tmp_path / "v0"
@@ -129,6 +130,6 @@ def test_a_round_reports_tokens_per_s_and_tflops(tmp_path):
     groups = torch.load(optimizer_file(out), weights_only=True)["param_groups"]
     assert not any(g.get("fused") for g in groups)  # the CPU round's AdamW is the plain one
 
-    line = reporting.train_line(cfg, 0)
+    line = report.train_line(Run(cfg), 0)
     assert f"{saved['tokens_per_s']:,.0f} tokens/s, {saved['tflops']:.3g} TFLOP/s" in line
     assert "MFU" not in line

@@ -11,8 +11,8 @@ from rao_core.config import WarmStartConfig
 from rao_core.envs.suites import open_suite
 from rao_core.models.tiny import load_checkpoint
 from rao_core.models.tokenizer import load_tokenizer
-from rao_core.rollout import rollout_round
-from rao_core.run import load_config
+from rao_core.run import Run, load_config
+from rao_core.stages.rollout import roll_out
 from tests.agent.families import FAMILIES, checkpoint
 
 TINY = dict(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=128, context=2048)
@@ -62,7 +62,7 @@ def test_demonstrations_from_a_parquet_of_trees(tmp_path):
     """A scripted rollout's partition (the nodes schema) is the SFT data; no expert is asked."""
     run = load_config(overrides=[f"runs_dir={tmp_path}", "policy.kind=scripted", "rollout.num_tasks=2",
                                  "rollout.group_size=2", "rollout.difficulty=easy"])  # fmt: skip
-    trees = rollout_round(run)
+    trees = roll_out(Run(run), 0)
     ws = WarmStartConfig(demonstrations=str(trees), eval_tasks=0, **TINY, **SHORT)
     from rao_core.train.warmstart import warm_start
 

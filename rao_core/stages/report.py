@@ -1,4 +1,4 @@
-"""What a run reports: one line per stage for the flow's log, each round's figures, the held-out
+"""The report stage: what a run reports: one line per stage for the flow's log, each round's figures, the held-out
 history, and the campaign's report files (learning curves, gains, delegation, comparisons), also
 logged to MLflow. Read back from the stages' outputs only; nothing here changes a run.
 """
@@ -10,21 +10,19 @@ from pathlib import Path
 from typing import Any
 
 from rao_core import tracking
-from rao_core.campaign import arms, completed_rounds, control_config
-from rao_core.config import RunConfig
+from rao_core.eval.metrics import load_round, summarize, summarize_eval
 from rao_core.layout import METRICS, RunLayout
+from rao_core.run import Run
 from rao_core.store.files import write_text
 from rao_core.store.parquet import read_meta
 
 
 # -- one line per stage, for the flow run's log ------------------------------------------------
-def rollout_line(cfg: RunConfig, round_: int) -> str:
-    from rao_core.rollout import load_round, summarize
-
-    s = summarize(load_round(cfg, round_))
-    seconds = read_meta(cfg.layout.rollouts(round_)).get("seconds", 0.0)
+def rollout_line(run: Run, round_: int) -> str:
+    s = summarize(load_round(run.layout, round_))
+    seconds = read_meta(run.layout.rollouts(round_)).get("seconds", 0.0)
     return (
-        f"{cfg.run_name} round {round_} rollout: {s['trees']} trees, {s['nodes']} nodes, root success "
+        f"{run.name} round {round_} rollout: {s['trees']} trees, {s['nodes']} nodes, root success "
         f"{s['root_success']:.3f}, max depth {s['max_depth']}, infrastructure failures "
         f"{s['infra_failed_trees']} trees ({s['infra_failed_nodes']} nodes"
         + (
@@ -36,51 +34,49 @@ def rollout_line(cfg: RunConfig, round_: int) -> str:
     )
 
 
-def score_line(cfg: RunConfig, round_: int) -> str:
+def score_line(run: Run, round_: int) -> str:
     """The round's scoring, and a WARNING line when no group has spread (nothing to train on)."""
     from rao_core.scoring import no_signal, scores_summary
 
-    s = scores_summary(cfg.run_dir, round_)
+    s = scores_summary(run.dir, round_)
     drops = ", ".join(f"{k} {v}" for k, v in sorted(s["dropped_trees"].items())) or "none"
     g = s["groups"]
     line = (
-        f"{cfg.run_name} round {round_} score: {s['trained_nodes']} of {s['nodes']} nodes trained, "
+        f"{run.name} round {round_} score: {s['trained_nodes']} of {s['nodes']} nodes trained, "
         f"{s['trees']} trees, {g['spread']} of {g['groups']} groups with spread; dropped trees by reason: {drops}"
     )
     why = no_signal(g)
-    return line + (f"\nWARNING: {cfg.run_name} round {round_} trains nothing: {why}" if why else "")
+    return line + (f"\nWARNING: {run.name} round {round_} trains nothing: {why}" if why else "")
 
 
-def signal_lines(cfg: RunConfig) -> list[str]:
+def signal_lines(run: Run) -> list[str]:
     """Under the final table: the groups with spread per round (what RL learns from), and how many
     rounds trained nothing, and why."""
     from rao_core.scoring import no_signal, scores_summary
 
-    run, spread, idle = cfg.layout, [], []
+    layout, spread, idle = run.layout, [], []
     r = 0
-    while run.complete(run.scores(r)):
-        g = scores_summary(cfg.run_dir, r)["groups"]
+    while layout.complete(layout.scores(r)):
+        g = scores_summary(run.dir, r)["groups"]
         spread.append(f"r{r} {g['spread']}/{g['groups']}")
-        metrics = run.checkpoint(r + 1) / METRICS
+        metrics = layout.checkpoint(r + 1) / METRICS
         skipped = json.loads(metrics.read_text()).get("skipped") if metrics.is_file() else None
         if (why := no_signal(g) or skipped) is not None:
             idle.append(f"round {r}: {why}")
         r += 1
     if not spread:
         return []
-    lines = [f"{cfg.run_name}: groups with spread (what RL learns from), per round: {', '.join(spread)}"]
+    lines = [f"{run.name}: groups with spread (what RL learns from), per round: {', '.join(spread)}"]
     if idle:
-        lines.append(
-            f"WARNING: {cfg.run_name}: {len(idle)} of {r} rounds trained nothing ({'; '.join(idle)})"
-        )
+        lines.append(f"WARNING: {run.name}: {len(idle)} of {r} rounds trained nothing ({'; '.join(idle)})")
     return lines
 
 
-def train_line(cfg: RunConfig, round_: int) -> str:
-    m = json.loads((cfg.layout.checkpoint(round_ + 1) / METRICS).read_text())
+def train_line(run: Run, round_: int) -> str:
+    m = json.loads((run.layout.checkpoint(round_ + 1) / METRICS).read_text())
     if "skipped" in m:
         return (
-            f"WARNING: {cfg.run_name} round {round_} train: skipped ({m['skipped']}), version {round_ + 1} "
+            f"WARNING: {run.name} round {round_} train: skipped ({m['skipped']}), version {round_ + 1} "
             f"= {round_}: this round taught the policy nothing"
         )
     moved = ""
@@ -91,7 +87,7 @@ def train_line(cfg: RunConfig, round_: int) -> str:
             f"update/weight RMS {m['update_rms_ratio']:.2e}"
         )
     line = (
-        f"{cfg.run_name} round {round_} train: loss {m['loss']:.4f}, {m['tokens']} tokens "
+        f"{run.name} round {round_} train: loss {m['loss']:.4f}, {m['tokens']} tokens "
         f"({m['action_tokens']} action), {m['steps']} steps, mean ratio {m['mean_ratio']:.4f}"
         + (f", KL to v0 {m['kl_to_reference']:.4f}" if "kl_to_reference" in m else "")
         + f"{moved}, {m['seconds']:.1f} s{_throughput(m)}"
@@ -108,43 +104,39 @@ def _throughput(m: dict[str, Any]) -> str:
     return f", {m['tokens_per_s']:,.0f} tokens/s, {m['tflops']:.3g} TFLOP/s{mfu}"
 
 
-def eval_line(cfg: RunConfig, version: int, summary: dict[str, Any]) -> str:
+def eval_line(run: Run, version: int, summary: dict[str, Any]) -> str:
     cells = {d: m for d, m in summary.items() if isinstance(m, dict) and "success" in m}
     order = [d for d in cells if d != "all"] + ["all"] * ("all" in cells)
     text = ", ".join(f"{d} {cells[d]['success']:.3f}" for d in order)
-    return (
-        f"{cfg.run_name} v{version} held-out success: {text} ({cells.get('all', {}).get('trees', 0)} trees)"
-    )
+    return f"{run.name} v{version} held-out success: {text} ({cells.get('all', {}).get('trees', 0)} trees)"
 
 
-def gain_lines(cfg: RunConfig) -> list[str]:
+def gain_lines(run: Run) -> list[str]:
     """Per arm: the held-out gain of the latest version over the warm start, paired by task."""
     from rao_core.eval import gains
 
-    return [gains.gain_line(a.run_name, g) for a in arms(cfg) if (g := gains.run_gain(a.run_dir))]
+    return [gains.gain_line(a.name, g) for a in run.arms() if (g := gains.run_gain(a.dir))]
 
 
-def config_change_line(cfg: RunConfig, diff: dict[str, tuple[Any, Any]]) -> str:
+def config_change_line(run: Run, diff: dict[str, tuple[Any, Any]]) -> str:
     changed = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in diff.items())
-    return f"{cfg.run_name}: settings changed from round {completed_rounds(cfg)}: {changed}"
+    return f"{run.name}: settings changed from round {run.layout.completed_rounds()}: {changed}"
 
 
 # -- the figures of a round and of the run -----------------------------------------------------
-def round_report(cfg: RunConfig, round_: int) -> dict[str, Any]:
+def round_report(run: Run, round_: int) -> dict[str, Any]:
     """The figures of round r, read back from its stages' outputs: evaluation of the new policy
     (success by difficulty and depth, tree shape, tokens), the rollout, rewards and advantages, the
     training update (loss, tokens/s) and time per stage."""
-    from rao_core.eval.evaluate import summarize_eval
-    from rao_core.rollout import load_round, summarize
     from rao_core.scoring import scores_summary
 
-    run = cfg.layout
-    rollout_meta = read_meta(run.rollouts(round_))
-    rollout = summarize(load_round(cfg, round_))
-    scores = scores_summary(cfg.run_dir, round_)
-    train_path = run.checkpoint(round_ + 1) / METRICS
+    layout = run.layout
+    rollout_meta = read_meta(layout.rollouts(round_))
+    rollout = summarize(load_round(run.layout, round_))
+    scores = scores_summary(run.dir, round_)
+    train_path = layout.checkpoint(round_ + 1) / METRICS
     train = json.loads(train_path.read_text()) if train_path.is_file() else {}
-    evaluation = summarize_eval(run.eval(round_ + 1))
+    evaluation = summarize_eval(layout.eval(round_ + 1))
     return {
         "eval": evaluation,
         "rollout": {k: v for k, v in rollout.items() if k != "statuses"},
@@ -157,10 +149,10 @@ def round_report(cfg: RunConfig, round_: int) -> dict[str, Any]:
     }
 
 
-def summary_markdown(cfg: RunConfig, round_: int, metrics: dict[str, Any]) -> str:
+def summary_markdown(run: Run, round_: int, metrics: dict[str, Any]) -> str:
     ev = metrics["eval"]
     lines = [
-        f"# {cfg.run_name}: round {round_} (policy version {round_ + 1})",
+        f"# {run.name}: round {round_} (policy version {round_ + 1})",
         "",
         "| difficulty | success | 95% CI | nodes/tree | max depth |",
         "|---|---|---|---|---|",
@@ -180,43 +172,38 @@ def summary_markdown(cfg: RunConfig, round_: int, metrics: dict[str, Any]) -> st
     return "\n".join(lines)
 
 
-def campaign_summary(cfg: RunConfig) -> dict[str, Any]:
+def campaign_summary(run: Run) -> dict[str, Any]:
     """Held-out success per policy version and difficulty, from every complete evaluation."""
     return {
         f"v{v}": {k: m["success"] for k, m in ev.items() if isinstance(m, dict) and "success" in m}
-        for v, ev in eval_history(cfg).items()
+        for v, ev in eval_history(run).items()
     }
 
 
-def eval_history(cfg: RunConfig) -> dict[int, dict[str, Any]]:
+def eval_history(run: Run) -> dict[int, dict[str, Any]]:
     """Every complete evaluation summary of the run, by policy version."""
-    return eval_history_of(cfg.run_dir)
+    return eval_history_of(run.dir)
 
 
 def eval_history_of(run_dir: Path) -> dict[int, dict[str, Any]]:
-    from rao_core.eval.evaluate import summarize_eval
-
-    run = RunLayout(run_dir)
+    layout = RunLayout(run_dir)
     out, v = {}, 0
-    while run.complete(run.eval(v)):
-        out[v] = summarize_eval(run.eval(v))
+    while layout.complete(layout.eval(v)):
+        out[v] = summarize_eval(layout.eval(v))
         v += 1
     return out
 
 
 # -- report files ------------------------------------------------------------------------------
-def write_campaign_report(cfg: RunConfig) -> dict[str, Path]:
+def write_campaign_report(run: Run) -> dict[str, Path]:
     """reports/: learning curves of the arm(s) (table and plot), the paired gain, the rollout
     budget, delegation per version (table and plot) and depth reached against difficulty for the
     latest version of each arm; logged on the campaign's MLflow run."""
     from rao_core.eval import gains, report
 
-    runs = {cfg.agent.mode: cfg.run_dir}
-    if cfg.campaign.control_arm:
-        control = control_config(cfg)
-        runs[control.agent.mode] = control.run_dir
+    runs = {arm.config.agent.mode: arm.dir for arm in run.arms()}
     histories = {arm: h for arm, run_dir in runs.items() if (h := eval_history_of(run_dir))}
-    out = cfg.layout.reports
+    out = run.layout.reports
     if not histories:
         return {}
     gain = {arm: g for arm in histories if (g := gains.run_gain(runs[arm]))}
@@ -235,22 +222,22 @@ def write_campaign_report(cfg: RunConfig) -> dict[str, Path]:
             {f"{arm} v{max(h)}": h[max(h)] for arm, h in histories.items()}, out / "depth_by_difficulty.png"
         ),
     }
-    parent = tracking.campaign_run_id(cfg)
+    parent = tracking.campaign_run_id(run.config)
     for path in files.values():
-        tracking.log_artifacts(cfg, parent, path, "reports")
+        tracking.log_artifacts(run.config, parent, path, "reports")
     for arm, g in gain.items():  # gain/<arm>/<difficulty>, its interval, at step = latest version
         metrics = {f"gain/{arm}/{d}{k}": m[key] for d, m in g["by"].items()
                    for k, key in (("", "gain"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high"))}  # fmt: skip
-        tracking.log_metrics(cfg, parent, metrics, step=g["last"])
+        tracking.log_metrics(run.config, parent, metrics, step=g["last"])
     return files
 
 
-def write_comparison(cfg: RunConfig, result: dict[str, Any]) -> dict[str, Path]:
-    """reports/compare-v<V>.md and its depth plot, from rao_core.eval.compare; logged to MLflow."""
+def write_comparison(run: Run, result: dict[str, Any]) -> dict[str, Path]:
+    """reports/compare-v<V>.md and its depth plot, the comparison (stages/evaluate.py); logged to MLflow."""
     from rao_core.eval import report
 
-    v, out = result["version"], cfg.layout.reports
-    title = f"{cfg.run_name}: policy version {v}, single against recursive"
+    v, out = result["version"], run.layout.reports
+    title = f"{run.name}: policy version {v}, single against recursive"
     files = {
         "table": write_text(out / f"compare-v{v}.md", report.comparison_markdown(result, title)),
         "depth_plot": report.plot_depth_by_difficulty(
@@ -258,7 +245,7 @@ def write_comparison(cfg: RunConfig, result: dict[str, Any]) -> dict[str, Path]:
             out / f"compare-v{v}-depth.png",
         ),
     }
-    parent = tracking.campaign_run_id(cfg)
+    parent = tracking.campaign_run_id(run.config)
     for path in files.values():
-        tracking.log_artifacts(cfg, parent, path, "reports")
+        tracking.log_artifacts(run.config, parent, path, "reports")
     return files

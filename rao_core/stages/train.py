@@ -1,0 +1,34 @@
+"""The training stage: policy version N+1 from version N on round N's scored rows (TRL,
+rao_core/train/), in the flow's process or as `accelerate launch` on N processes."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from rao_core.engines.scope import make_room_for_training
+from rao_core.run import Run
+from rao_core.stages.common import note
+from rao_core.train.stage import launch_round, train_round
+
+
+def round_lr(run: Run, round_: int) -> float:
+    """The learning rate of round `round_`: linear from train.lr at round 0 to train.lr * lr_final
+    at the campaign's last round; rounds added later keep the last value."""
+    cfg = run.config
+    last = max(1, cfg.campaign.rounds - 1)
+    return cfg.train.lr * (1 + (cfg.train.lr_final - 1) * min(round_, last) / last)
+
+
+def train(run: Run, round_: int) -> dict[str, Any]:
+    """Train version round_+1 (train.*, the round's learning rate); returns its metrics. A complete
+    checkpoint is returned as it is. With train.accelerate_config, on N processes."""
+    cfg, ckpt = run.config, run.checkpoints
+    note(run, f"training of round {round_}")
+    paths = (run.dir, round_, ckpt.path(round_), run.layout.checkpoint(round_ + 1))
+    train_cfg = dataclasses.replace(cfg.train, lr=round_lr(run, round_))
+    tokenizer = None if cfg.policy.tokenizer == "auto" else cfg.policy.tokenizer
+    with make_room_for_training():  # vLLM sleeps (or stops) while the trainer runs
+        if cfg.train.accelerate_config:
+            return launch_round(cfg.train.accelerate_config, *paths, train_cfg, ckpt.initial(), tokenizer)
+        return train_round(*paths, train_cfg, ckpt.initial(), tokenizer)
