@@ -139,7 +139,7 @@ def _rounds(run: Run, arms: list[Run]) -> str | None:
     """Warm start and v0 of every arm, then the rounds, the arms interleaved. Returns why the
     campaign stopped early, if it did."""
     # MLflow: RUNNING, then FINISHED / FAILED / KILLED; a vLLM server lives as long as the campaign
-    with tracking.campaign_status([a.config for a in arms]), campaign.engines(run), ray_session(run):
+    with tracking.campaign_status([a.tracker for a in arms]), campaign.engines(run), ray_session(run):
         for arm in arms:
             stages.warm_start(arm)
             stages.log_baseline(arm, evaluate(arm, 0))
@@ -163,7 +163,7 @@ def round_flow(config: str | None = None, overrides: list[str] | None = None) ->
     with writing(arms, "rao round"):
         for arm in arms:
             stages.synthesize(arm)
-        with tracking.campaign_status([a.config for a in arms]), campaign.engines(run), ray_session(run):
+        with tracking.campaign_status([a.tracker for a in arms]), campaign.engines(run), ray_session(run):
             for arm in arms:
                 stages.warm_start(arm)
                 metrics.append(run_round(arm, campaign.completed_rounds(arm)))

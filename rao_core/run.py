@@ -23,6 +23,7 @@ from rao_core.config.loading import MAPPINGS, build, merge_layers, migrate_file
 from rao_core.config.policy import PolicyConfig
 from rao_core.envs.registry import SuiteError, check_suite, suite_args, suite_class, suite_defaults
 from rao_core.layout import RunLayout
+from rao_core.tracking import Tracker
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,10 @@ class Run:
     @property
     def checkpoints(self) -> Checkpoints:
         return Checkpoints(self.layout, self.config.policy.model)
+
+    @property
+    def tracker(self) -> Tracker:
+        return Tracker.of(self.config)
 
     def arms(self) -> list[Run]:
         """The campaign's arms: the run itself, and its single-agent control arm when asked for."""

@@ -8,7 +8,6 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from rao_core import tracking
 from rao_core.run import Run
 from rao_core.stages import evaluate as evaluate_stage
 from rao_core.stages import report as report_stage
@@ -114,7 +113,7 @@ def evaluate(run: Run, version: int) -> dict:
 def report(run: Run, round_: int) -> dict:
     """Log the round to MLflow (once) and summarise it as Prefect artifacts in the UI."""
     metrics = report_stage.round_report(run, round_)
-    tracking.log_round(run.config, round_, metrics)
+    run.tracker.log_round(round_, metrics)
     key = artifacts.artifact_key(run, "round", round_)
     create_table_artifact(key=key, table=artifacts.summary_rows(metrics), description=f"round {round_}")
     create_markdown_artifact(
@@ -149,4 +148,4 @@ def compare(run: Run, version: int) -> dict:
 
 @task(name="log-baseline", cache_policy=NO_CACHE)
 def log_baseline(run: Run, eval_metrics: dict) -> None:
-    tracking.log_baseline(run.config, eval_metrics)
+    run.tracker.log_baseline(eval_metrics)

@@ -25,6 +25,7 @@ from rao_core.run import Run, control_config, load_config
 from rao_core.stages.common import prepare
 from rao_core.stages.train import round_lr
 from rao_core.store.parquet import is_complete
+from rao_core.tracking import Tracker
 from tasks import artifacts
 from tests.conftest import TOY
 
@@ -72,7 +73,7 @@ async def flow_run_logs(flow_run_id) -> list[str]:
 
 
 def mlflow_runs(cfg):
-    client = MlflowClient(tracking.tracking_uri(cfg))
+    client = MlflowClient(Tracker.of(cfg).uri)
     exp = client.get_experiment_by_name(cfg.tracking.experiment)
     return client, client.search_runs([exp.experiment_id])
 
@@ -345,22 +346,22 @@ def test_campaign_status_in_mlflow(tmp_path):
     """FINISHED when the campaign ends, FAILED on an error, KILLED on an interrupt, RUNNING again
     while rounds are added (real MLflow on SQLite)."""
     cfg = load_config(overrides=overrides(tmp_path))
-    client = MlflowClient(tracking.tracking_uri(cfg))
-    run_id = tracking.campaign_run_id(cfg)
+    client = MlflowClient(Tracker.of(cfg).uri)
+    run_id = Tracker.of(cfg).campaign_run_id()
     status = lambda: client.get_run(run_id).info.status  # noqa: E731
-    with tracking.campaign_status([cfg]):
+    with tracking.campaign_status([Tracker.of(cfg)]):
         assert status() == "RUNNING"
     assert status() == "FINISHED"
-    with pytest.raises(RuntimeError), tracking.campaign_status([cfg]):
+    with pytest.raises(RuntimeError), tracking.campaign_status([Tracker.of(cfg)]):
         assert status() == "RUNNING"  # reopened: a finished campaign gets more rounds
         raise RuntimeError("a stage failed")
     assert status() == "FAILED"
-    with pytest.raises(KeyboardInterrupt), tracking.campaign_status([cfg]):
+    with pytest.raises(KeyboardInterrupt), tracking.campaign_status([Tracker.of(cfg)]):
         raise KeyboardInterrupt
     assert status() == "KILLED"
     from prefect.exceptions import TerminationSignal  # SIGTERM inside a Prefect flow
 
-    with pytest.raises(TerminationSignal), tracking.campaign_status([cfg]):
+    with pytest.raises(TerminationSignal), tracking.campaign_status([Tracker.of(cfg)]):
         raise TerminationSignal(signal=15)
     assert status() == "KILLED"
 

@@ -9,8 +9,8 @@ import textwrap
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rao_core import tracking
 from rao_core.run import load_config
+from rao_core.tracking import Tracker
 
 pytestmark = pytest.mark.slow  # four interpreters importing MLflow
 
@@ -18,7 +18,7 @@ CAMPAIGN = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from rao_core import tracking
+    from rao_core.tracking import Tracker
     from rao_core.run import load_config
 
     runs, name, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
@@ -26,7 +26,7 @@ CAMPAIGN = textwrap.dedent(
     (runs / f"{name}.ready").touch()
     while len(list(runs.glob("*.ready"))) < n:  # all start on the fresh store at once
         time.sleep(0.01)
-    tracking.campaign_run_id(cfg)
+    Tracker.of(cfg).campaign_run_id()
     """
 )
 
@@ -48,7 +48,7 @@ def test_campaigns_started_together_share_a_fresh_store(tmp_path):
     for p, out in zip(procs, outputs, strict=True):
         assert p.returncode == 0, out[-3000:]
     cfg = load_config(overrides=[f"runs_dir={tmp_path}"])
-    client = MlflowClient(tracking.tracking_uri(cfg))
+    client = MlflowClient(Tracker.of(cfg).uri)
     exp = client.get_experiment_by_name(cfg.tracking.experiment)
     runs = client.search_runs([exp.experiment_id])
     assert sorted(r.data.tags["rao.run"] for r in runs) == names

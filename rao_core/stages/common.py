@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rao_core import resume, runlock, tracking
+from rao_core import resume, runlock
 from rao_core.agent.prompts import ChatFraming
 from rao_core.config import AgentConfig
 from rao_core.engines.open import open_judge_engine, open_policy_engine
@@ -37,7 +37,8 @@ def prepare(run: Run) -> dict[str, Any]:
     resume.record(cfg, diff, first)
     if diff:  # also on the campaign's MLflow run, next to the metrics it explains
         changes = json.dumps({k: list(v) for k, v in diff.items()}, default=str)
-        tracking.set_tag(cfg, tracking.campaign_run_id(cfg), f"config_change.round_{first}", changes)
+        tracker = run.tracker
+        tracker.set_tag(tracker.campaign_run_id(), f"config_change.round_{first}", changes)
     return diff
 
 

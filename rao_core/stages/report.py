@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rao_core import tracking
 from rao_core.eval.metrics import load_round, summarize, summarize_eval
 from rao_core.layout import METRICS, RunLayout
 from rao_core.run import Run
@@ -222,13 +221,14 @@ def write_campaign_report(run: Run) -> dict[str, Path]:
             {f"{arm} v{max(h)}": h[max(h)] for arm, h in histories.items()}, out / "depth_by_difficulty.png"
         ),
     }
-    parent = tracking.campaign_run_id(run.config)
+    tracker = run.tracker
+    parent = tracker.campaign_run_id()
     for path in files.values():
-        tracking.log_artifacts(run.config, parent, path, "reports")
+        tracker.log_artifacts(parent, path, "reports")
     for arm, g in gain.items():  # gain/<arm>/<difficulty>, its interval, at step = latest version
         metrics = {f"gain/{arm}/{d}{k}": m[key] for d, m in g["by"].items()
                    for k, key in (("", "gain"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high"))}  # fmt: skip
-        tracking.log_metrics(run.config, parent, metrics, step=g["last"])
+        tracker.log_metrics(parent, metrics, step=g["last"])
     return files
 
 
@@ -245,7 +245,8 @@ def write_comparison(run: Run, result: dict[str, Any]) -> dict[str, Path]:
             out / f"compare-v{v}-depth.png",
         ),
     }
-    parent = tracking.campaign_run_id(run.config)
+    tracker = run.tracker
+    parent = tracker.campaign_run_id()
     for path in files.values():
-        tracking.log_artifacts(run.config, parent, path, "reports")
+        tracker.log_artifacts(parent, path, "reports")
     return files

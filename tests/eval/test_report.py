@@ -10,11 +10,11 @@ import matplotlib.image
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rao_core import tracking
 from rao_core.eval.report import comparison_markdown, curves_markdown, plot_learning_curves, plot_sft_loss
 from rao_core.run import Run, control_config
 from rao_core.stages import report
 from rao_core.stages.evaluate import compare, evaluate, grid
+from rao_core.tracking import Tracker
 from tests.conftest import toy_config
 
 
@@ -129,10 +129,10 @@ def test_campaign_report_logs_both_arms(tmp_path):
     assert "| recursive | 0 | 0 |" in text  # no rollouts yet: nothing spent
     lines = report.gain_lines(Run(cfg))
     assert [line.split()[0] for line in lines] == [cfg.run_name, f"{cfg.run_name}-single"]
-    client = MlflowClient(tracking.tracking_uri(cfg))
-    names = {a.path for a in client.list_artifacts(tracking.campaign_run_id(cfg), "reports")}
+    client = MlflowClient(Tracker.of(cfg).uri)
+    names = {a.path for a in client.list_artifacts(Tracker.of(cfg).campaign_run_id(), "reports")}
     assert names == {f"reports/{p.name}" for p in files.values()}
-    metrics = client.get_run(tracking.campaign_run_id(cfg)).data.metrics
+    metrics = client.get_run(Tracker.of(cfg).campaign_run_id()).data.metrics
     for arm in ("recursive", "single"):
         assert (
             metrics[f"gain/{arm}/all_ci_low"]
