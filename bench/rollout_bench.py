@@ -45,8 +45,9 @@ from rao_core.engines.hf_static import StaticDecode, column_bucket
 from rao_core.envs.suites import open_suite
 from rao_core.eval.metrics import load_round, summarize
 from rao_core.run import Run, load_config
-from rao_core.stages.common import open_policy, prepare
+from rao_core.stages.common import open_policy
 from rao_core.stages.rollout import roll_out
+from rao_core.stages.synthesize import prepare
 
 # The round issue 25 timed: the main job's version 0 then (the default is small-warmstart-7500 now,
 # whose trees are larger, so its round is not the one the figures in docs/engines.md compare).

@@ -91,7 +91,8 @@ def _print_campaign(cfg) -> None:
     run = Run(cfg)
     summary = report.campaign_summary(run)
     seen = {d for v in summary.values() for d in v if d != "all"}
-    difficulties = [d for d in difficulty_order(cfg) if d in seen] + sorted(seen - set(difficulty_order(cfg)))
+    order = difficulty_order(cfg.suite, cfg.suite_args)
+    difficulties = [d for d in order if d in seen] + sorted(seen - set(order))
     table = Table(title=f"held-out success: {cfg.run_dir}")
     for col in ("policy", *difficulties, "all"):
         table.add_column(col, justify="right")
@@ -106,8 +107,9 @@ def _checked(args: argparse.Namespace):
     """Every check that needs no work: values, files, and what the run folder already holds (read
     only). With --check, print the resolved configuration and stop: nothing runs, nothing is written."""
     from rao_core import memory, resume
+    from rao_core.run import Run
 
-    cfg = load_config(args.config, args.overrides)
+    cfg = Run.load(args.config, args.overrides).config  # the flow started next gets this same Run
     if getattr(args, "branch", None):
         resume.branch_parts(cfg, *_branch(args, cfg))
     else:
@@ -259,8 +261,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from rao_core.campaign import engines
     from rao_core.eval.metrics import load_round, summarize
     from rao_core.run import Run
-    from rao_core.stages.common import prepare
     from rao_core.stages.rollout import roll_out
+    from rao_core.stages.synthesize import prepare
 
     cfg = _checked(args)
     if args.check:

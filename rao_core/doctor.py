@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from rao_core.config import RunConfig, VLLMPolicy
+from rao_core.config import PolicyConfig, RunConfig, SandboxConfig, VLLMPolicy
 
 
 @dataclass
@@ -37,9 +37,8 @@ def _package(name: str, dist: str, needed: bool = True) -> Check:
     return Check(name, v or "not installed", v is not None, needed)
 
 
-def _vllm(cfg: RunConfig) -> Check:
-    needed = "vllm" in (cfg.policy.kind, cfg.judge.kind)
-    python = Path(getattr(cfg.policy, "vllm_python", VLLMPolicy().vllm_python))
+def _vllm(policy: PolicyConfig, needed: bool) -> Check:
+    python = Path(getattr(policy, "vllm_python", VLLMPolicy().vllm_python))
     if not python.is_file():
         return Check("vLLM", f"no {python} (make vllm)", False, needed)
     code = (
@@ -54,13 +53,13 @@ def _vllm(cfg: RunConfig) -> Check:
     return Check("vLLM", f"{out.stdout.strip()} ({python})", True, needed)
 
 
-def _sandbox(cfg: RunConfig) -> Check:
+def _sandbox(sandbox: SandboxConfig) -> Check:
     """Start one REPL worker with the configured limits and report the layers it got."""
     from rao_core.agent.sandbox import Sandbox, shutdown_sandboxes
 
     async def layers() -> list[str]:
         try:
-            sb = await Sandbox.start([], [], cfg.sandbox)
+            sb = await Sandbox.start([], [], sandbox)
             await sb.close()
             return sb.layers
         finally:
@@ -70,13 +69,12 @@ def _sandbox(cfg: RunConfig) -> Check:
         got = asyncio.run(layers())
     except Exception as e:  # the worker cannot start: that is what the row says
         return Check("sandbox", f"cannot start a REPL worker: {e}", False, True)
-    missing = cfg.sandbox.seccomp and "seccomp" not in got
+    missing = sandbox.seccomp and "seccomp" not in got
     note = " (seccomp asked for, not active: pyseccomp / libseccomp missing)" if missing else ""
     return Check("sandbox layers", ", ".join(got) + note, not missing, True)
 
 
-def _gpu(cfg: RunConfig) -> Check:
-    needed = "cuda" in (getattr(cfg.policy, "device", "auto"), cfg.train.device)
+def _gpu(needed: bool) -> Check:
     import torch
 
     if torch.cuda.is_available():
@@ -100,8 +98,8 @@ def checks(cfg: RunConfig) -> list[Check]:
         _package("MLflow", "mlflow", needed=cfg.tracking.enabled),
         _package("DuckDB", "duckdb"),
         _package("Ray (rollout.runner=ray)", "ray", cfg.rollout.runner == "ray"),
-        _vllm(cfg),
-        _sandbox(cfg),
+        _vllm(cfg.policy, needed="vllm" in (cfg.policy.kind, cfg.judge.kind)),
+        _sandbox(cfg.sandbox),
     ]
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     rows.append(
@@ -112,5 +110,5 @@ def checks(cfg: RunConfig) -> list[Check]:
             False,
         )
     )
-    rows.append(_gpu(cfg))
+    rows.append(_gpu(needed="cuda" in (getattr(cfg.policy, "device", "auto"), cfg.train.device)))
     return rows

@@ -25,6 +25,8 @@ from rao_core.envs.registry import SuiteError, check_suite, suite_args, suite_cl
 from rao_core.layout import RunLayout
 from rao_core.tracking import Tracker
 
+_LOADED: dict[tuple, Run] = {}
+
 
 @dataclass(frozen=True)
 class Run:
@@ -34,7 +36,15 @@ class Run:
 
     @classmethod
     def load(cls, path: str | Path | None = None, overrides: list[str] | None = None) -> Run:
-        return cls(load_config(path, overrides))
+        """The run of a YAML file and `--set` overrides. Parsed once per process: the `rao` command
+        checks a configuration before its flow starts, and the flow, in the same process, gets the
+        same Run (a file changed on disk since is read again)."""
+        file = Path(path).resolve() if path is not None else None
+        stamp = file.stat().st_mtime_ns if file is not None and file.is_file() else None
+        key = (str(file), stamp, tuple(overrides or ()))
+        if key not in _LOADED:
+            _LOADED[key] = cls(load_config(path, overrides))
+        return _LOADED[key]
 
     @property
     def name(self) -> str:

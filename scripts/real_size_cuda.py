@@ -76,9 +76,9 @@ def main() -> None:
     from rao_core.envs.suites import open_suite
     from rao_core.eval.metrics import load_round, summarize
     from rao_core.run import Run, load_config
-    from rao_core.stages.common import prepare
     from rao_core.stages.rollout import roll_out
     from rao_core.stages.score import score
+    from rao_core.stages.synthesize import prepare
     from rao_core.stages.train import train
     from rao_core.stages.warm_start import warm_start
     from rao_core.store.parquet import read_meta

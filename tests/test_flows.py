@@ -22,7 +22,7 @@ from mlflow.tracking import MlflowClient
 
 from rao_core import campaign, tracking
 from rao_core.run import Run, control_config, load_config
-from rao_core.stages.common import prepare
+from rao_core.stages.synthesize import prepare
 from rao_core.stages.train import round_lr
 from rao_core.store.parquet import is_complete
 from rao_core.tracking import Tracker

@@ -6,10 +6,10 @@ from rao_core import campaign
 from rao_core.envs.suites import open_suite
 from rao_core.layout import RunLayout
 from rao_core.run import Run
-from rao_core.stages.common import prepare
 from rao_core.stages.evaluate import evaluate
 from rao_core.stages.rollout import roll_out
 from rao_core.stages.score import score
+from rao_core.stages.synthesize import prepare
 from rao_core.stages.train import train
 
 

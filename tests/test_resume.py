@@ -12,8 +12,8 @@ from rao_core import resume
 from rao_core.config import ConfigError
 from rao_core.run import Run
 from rao_core.scoring import score_round
-from rao_core.stages.common import prepare
 from rao_core.stages.rollout import roll_out
+from rao_core.stages.synthesize import prepare
 from rao_core.stages.train import train
 from tests.conftest import toy_config
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flows.cli import main
 from rao_core.run import Run, load_config
-from rao_core.stages.common import prepare
+from rao_core.stages.synthesize import prepare
 from tests.conftest import TOY
 
 

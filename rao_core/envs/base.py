@@ -14,10 +14,13 @@ import numbers
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel
+
+from rao_core.config import RunConfig
 
 # Settings read only by suites that say so (Suite.reads): a plugin suite's demonstrator may read any
 # warmstart.* field, so a suite names the ones it uses; `--check` warns about the others.
@@ -131,10 +134,35 @@ class Task(Protocol):
     difficulty: str
 
 
+@dataclass(frozen=True)
+class SuiteContext:
+    """What a suite sees of the run, never the whole configuration: its name, the agent's budgets
+    and sandbox (its expert plans within them), the policy section (the scripted expert's
+    error_rate and latency_s), the training and held-out splits, and the settings sections of the
+    built-in suites (world, tasks, oolong, deepdive; a plugin suite reads its own `args`)."""
+
+    suite: str
+    agent: Any
+    sandbox: Any
+    policy: Any
+    train_split: str = "train"
+    eval_split: str = "val"
+    world: Any = None
+    tasks: Any = None
+    oolong: Any = None
+    deepdive: Any = None
+
+    @classmethod
+    def of(cls, cfg: RunConfig) -> SuiteContext:
+        return cls(cfg.suite, cfg.agent, cfg.sandbox, cfg.policy, cfg.rollout.split, cfg.eval.split,
+                   cfg.world, cfg.tasks, cfg.oolong, cfg.deepdive)  # fmt: skip
+
+
 class Suite(ABC):
     """A task suite: synthesizes (or reads) a run's tasks once into its data folder, then makes
-    each task's root Environment. The runtime builds it as `Suite(cfg, args)`, calls `synthesize`
-    when one of `files` is missing from the data folder, then `open`."""
+    each task's root Environment. The runtime builds it as `Suite(ctx, args)` (a SuiteContext and
+    the validated `suite_args`), calls `synthesize` when one of `files` is missing from the data
+    folder, then `open`."""
 
     # The data files `synthesize` writes: all present means the run's data is complete.
     files: ClassVar[tuple[str, ...]] = ("train.parquet", "val.parquet")
@@ -151,8 +179,8 @@ class Suite(ABC):
     # SUITE_SPECIFIC, e.g. "warmstart.root_inline_rate"); `--check` warns about the others.
     reads: ClassVar[frozenset[str]] = frozenset()
 
-    def __init__(self, cfg: Any, args: Any = None) -> None:
-        self.cfg, self.args = cfg, args
+    def __init__(self, ctx: SuiteContext, args: Any = None) -> None:
+        self.ctx, self.args = ctx, args
         self.dir = Path()
 
     @classmethod
@@ -167,7 +195,7 @@ class Suite(ABC):
         return list(cls.profile)
 
     @classmethod
-    def check(cls, cfg: Any, args: Any) -> None:
+    def check(cls, cfg: RunConfig, args: Any) -> None:
         """Rules between the suite's arguments and the rest of the configuration, checked at load
         (`rao train --check`); raise ValueError with one line naming the key."""
         return None
@@ -202,11 +230,11 @@ class Suite(ABC):
 
     def demonstration_tasks(self, ws: Any, mode: str, n: int, rng: random.Random) -> list[Task]:
         """n training tasks for the warm start's expert trees of one shape (recursive or flat)."""
-        pool = self.tasks(self.cfg.rollout.split)
+        pool = self.tasks(self.ctx.train_split)
         return [rng.choice(pool) for _ in range(n)] if pool else []
 
     def held_out_tasks(self, difficulties: tuple[str, ...], n: int, seed: int) -> list[Task]:
         """n held-out tasks (eval.split) per difficulty, seeded, for the warm start's evaluation."""
-        split = self.cfg.eval.split
+        split = self.ctx.eval_split
         pool = self.tasks(split)
         return [t for d in difficulties for t in select_tasks(pool, split, [d], n, seed)]

@@ -7,8 +7,8 @@ nothing for it. Each refusal is one line naming the key (docs/own-task.md, "Chec
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from rao_core.config import RunConfig
 from rao_core.envs.base import SUITE_SPECIFIC, Suite
 
 
@@ -21,7 +21,7 @@ def has_expert(cls: type[Suite]) -> bool:
     return cls.expert is not Suite.expert or cls.demonstrator is not Suite.demonstrator
 
 
-def check_expert(cls: type[Suite], cfg: Any) -> None:
+def check_expert(cls: type[Suite], cfg: RunConfig) -> None:
     """Settings that need the suite's scripted expert, or demonstrations that exist."""
     name = cls.__name__
     if cfg.policy.kind == "scripted" and cls.expert is Suite.expert:
@@ -39,7 +39,7 @@ def check_expert(cls: type[Suite], cfg: Any) -> None:
         )
 
 
-def unused_settings(cls: type[Suite], cfg: Any) -> list[str]:
+def unused_settings(cls: type[Suite], cfg: RunConfig) -> list[str]:
     """Warnings, one line each: suite-specific settings changed from their default that this
     suite does not read (Suite.reads)."""
     out = []
@@ -61,7 +61,7 @@ def unused_settings(cls: type[Suite], cfg: Any) -> list[str]:
     return out
 
 
-def check_tasks(suite: Suite, cfg: Any, strict: bool = True) -> list[str]:
+def check_tasks(suite: Suite, cfg: RunConfig, strict: bool = True) -> list[str]:
     """The task rows carry only declared difficulties (else RunCheckError), and the draws have
     enough tasks: a round of rollout.num_tasks from rollout.split, eval.num_tasks per difficulty
     from eval.split. Too few: RunCheckError when `strict` (`--check`) and the number was set (a
@@ -96,7 +96,7 @@ def check_tasks(suite: Suite, cfg: Any, strict: bool = True) -> list[str]:
     return [f"warning: {line}; the run draws what there is" for line in short]
 
 
-def _default(cfg: Any, key: str) -> bool:
+def _default(cfg: RunConfig, key: str) -> bool:
     """Is `section.field` at its default (not set by the user, the suite or a config file)?"""
     section, name = key.split(".")
     owner = getattr(cfg, section)
@@ -105,7 +105,7 @@ def _default(cfg: Any, key: str) -> bool:
     )
 
 
-def check_run(cfg: Any, synthesize: bool = True) -> list[str]:
+def check_run(cfg: RunConfig, synthesize: bool = True) -> list[str]:
     """Every check above for a configuration. The suite's tasks come from the run's data folder;
     when it has none yet, `synthesize` (`--check`: strict about task counts too) writes them into a
     temporary folder (seconds for every shipped suite) that is removed after; else the synthesize

@@ -27,7 +27,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field
 
-from rao_core.envs.base import Environment, LaunchError, ScorerError, Suite, success_value
+from rao_core.config import RunConfig
+from rao_core.envs.base import Environment, LaunchError, ScorerError, Suite, SuiteContext, success_value
 from rao_core.envs.registry import import_object
 from rao_core.store.files import atomic_write
 
@@ -235,15 +236,15 @@ class DatasetSuite(Suite):
         ]
 
     @classmethod
-    def check(cls, cfg: Any, args: DatasetArgs) -> None:
+    def check(cls, cfg: RunConfig, args: DatasetArgs) -> None:
         verifier(args)
         if not args.verifier and cfg.judge.kind == "none":
             raise ValueError(
                 "suite_args.verifier: needed when judge.kind is none (nothing else can score the roots)"
             )
 
-    def __init__(self, cfg: Any, args: DatasetArgs) -> None:
-        super().__init__(cfg, args)
+    def __init__(self, ctx: SuiteContext, args: DatasetArgs) -> None:
+        super().__init__(ctx, args)
         self.verifier = verifier(args)
         self.by_split: dict[str, list[DatasetTask]] = {}
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from rao_core.config import RunConfig
 from rao_core.envs.base import Suite
 
 GROUP = "rao.suites"
@@ -91,7 +92,7 @@ def suite_args(cls: type[Suite], raw: dict[str, Any]) -> BaseModel | None:
     raise SuiteError(f"suite_args.{key}: {err.get('input')!r}: {err['msg']}")
 
 
-def check_suite(cls: type[Suite], args: Any, cfg: Any) -> None:
+def check_suite(cls: type[Suite], args: Any, cfg: RunConfig) -> None:
     """The splits and difficulties the configuration uses are ones the suite declares, and the
     suite's own rules hold (Suite.check)."""
     try:
@@ -121,7 +122,7 @@ def suite_defaults(cls: type[Suite], args: Any) -> list[dict]:
         raise SuiteError(str(e)) from None
 
 
-def labels_used(cfg: Any) -> dict[str, list[str]]:
+def labels_used(cfg: RunConfig) -> dict[str, list[str]]:
     """The splits and difficulties a run configuration asks of its suite, by key."""
     return {
         "rollout.split": [cfg.rollout.split],

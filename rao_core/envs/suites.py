@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rao_core.config import RunConfig
-from rao_core.envs.base import SUITE_SPECIFIC, Environment, Suite
+from rao_core.envs.base import SUITE_SPECIFIC, Environment, Suite, SuiteContext
 from rao_core.envs.registry import check_suite, suite_args, suite_class
 from rao_core.policy import Policy
 
@@ -41,8 +41,8 @@ class TextCraftData(Suite):
     def synthesize(self, out: Path) -> None:
         from rao_core.envs.textcraft import synthesize
 
-        cfg = self.cfg
-        synthesize(cfg.world, cfg.tasks, out)
+        ctx = self.ctx
+        synthesize(ctx.world, ctx.tasks, out)
 
     def open(self, data_dir: Path) -> None:
         from rao_core.envs.textcraft import World
@@ -63,9 +63,9 @@ class TextCraftData(Suite):
     def expert(self) -> Policy:
         from rao_core.envs.textcraft.expert import TextCraftExpert
 
-        cfg = self.cfg
+        ctx = self.ctx
         return TextCraftExpert(
-            self.world, cfg.policy.error_rate, cfg.policy.latency_s, reply_format=cfg.agent.reply_format
+            self.world, ctx.policy.error_rate, ctx.policy.latency_s, reply_format=ctx.agent.reply_format
         )
 
 
@@ -77,9 +77,9 @@ class TextCraftSmallData(Suite):
     def synthesize(self, out: Path) -> None:
         from rao_core.envs.textcraft.small import make_small_tasks, write_small_tasks
 
-        cfg = self.cfg
+        ctx = self.ctx
         for split in ("train", "val"):
-            tasks = make_small_tasks(cfg.tasks.small_tasks_per_difficulty, split, seed=cfg.tasks.seed)
+            tasks = make_small_tasks(ctx.tasks.small_tasks_per_difficulty, split, seed=ctx.tasks.seed)
             write_small_tasks(tasks, out / f"{split}.parquet")
 
     def tasks(self, split: str) -> list[Any]:
@@ -95,8 +95,8 @@ class TextCraftSmallData(Suite):
     def expert(self) -> Policy:
         from rao_core.envs.textcraft.small_expert import SmallExpert
 
-        cfg = self.cfg
-        return SmallExpert(cfg.policy.error_rate, cfg.policy.latency_s)
+        ctx = self.ctx
+        return SmallExpert(ctx.policy.error_rate, ctx.policy.latency_s)
 
     # The warm start samples a fresh world per tree at the tiers warmstart.*_tiers name, and an
     # expert with the warm start's slip, give-up and inline-root rates (docs/small-profile.md).
@@ -129,8 +129,8 @@ class OolongData(Suite):
     def synthesize(self, out: Path) -> None:
         from rao_core.envs.oolong import synthesize
 
-        cfg = self.cfg
-        synthesize(cfg.oolong, out)
+        ctx = self.ctx
+        synthesize(ctx.oolong, out)
 
     def tasks(self, split: str) -> list[Any]:
         from rao_core.envs.oolong import load_tasks
@@ -145,10 +145,10 @@ class OolongData(Suite):
     def expert(self) -> Policy:
         from rao_core.envs.oolong.expert import OolongExpert
 
-        cfg = self.cfg
-        a = cfg.agent
+        ctx = self.ctx
+        a = ctx.agent
         return OolongExpert(
-            cfg.oolong.chunk_chars, a.max_children, a.max_steps, cfg.policy.error_rate, cfg.policy.latency_s,
+            ctx.oolong.chunk_chars, a.max_children, a.max_steps, ctx.policy.error_rate, ctx.policy.latency_s,
             reply_format=a.reply_format,
         )  # fmt: skip
 
@@ -164,8 +164,8 @@ class DeepDiveData(Suite):
     def synthesize(self, out: Path) -> None:
         from rao_core.envs.deepdive import synthesize
 
-        cfg = self.cfg
-        synthesize(cfg.deepdive, out)
+        ctx = self.ctx
+        synthesize(ctx.deepdive, out)
 
     def open(self, data_dir: Path) -> None:
         from rao_core.envs.deepdive import open_world
@@ -186,9 +186,9 @@ class DeepDiveData(Suite):
     def expert(self) -> Policy:
         from rao_core.envs.deepdive.expert import DeepDiveExpert
 
-        cfg = self.cfg
+        ctx = self.ctx
         return DeepDiveExpert(
-            self.world.graph, cfg.policy.error_rate, cfg.policy.latency_s, reply_format=cfg.agent.reply_format
+            self.world.graph, ctx.policy.error_rate, ctx.policy.latency_s, reply_format=ctx.agent.reply_format
         )
 
 
@@ -198,7 +198,7 @@ def make_suite(cfg: RunConfig) -> Suite:
     cls = suite_class(cfg.suite)
     args = suite_args(cls, cfg.suite_args)
     check_suite(cls, args, cfg)
-    return cls(cfg, args)
+    return cls(SuiteContext.of(cfg), args)
 
 
 def open_suite(cfg: RunConfig, data_dir: Path | None = None) -> Suite:
@@ -213,7 +213,7 @@ def open_suite(cfg: RunConfig, data_dir: Path | None = None) -> Suite:
     return suite
 
 
-def difficulty_order(cfg: RunConfig) -> tuple[str, ...]:
-    """The suite's difficulty labels in its own order (for reports)."""
-    cls = suite_class(cfg.suite)
-    return cls.labels(suite_args(cls, cfg.suite_args))[1]
+def difficulty_order(suite: str, raw_args: dict[str, Any]) -> tuple[str, ...]:
+    """Suite `suite`'s difficulty labels in its own order (for reports), with its `suite_args`."""
+    cls = suite_class(suite)
+    return cls.labels(suite_args(cls, raw_args))[1]

@@ -1,14 +1,14 @@
-"""What the stages share: the stage marker, resume, shards of a partition, and sampling a draw of
-trees into a partition (the Sampler with the run's policy, chat framing, sandbox and judge)."""
+"""What the stages share: the stage marker, shards of a partition, and sampling a draw of trees
+into a partition (the Sampler with the run's policy, chat framing, sandbox and judge). Resume
+(the run folder's saved configuration) is the synthesize stage's: it runs first."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rao_core import resume, runlock
+from rao_core import runlock
 from rao_core.agent.prompts import ChatFraming
 from rao_core.config import AgentConfig
 from rao_core.engines.open import open_judge_engine, open_policy_engine
@@ -25,21 +25,6 @@ from rao_core.verdicts import Judge
 def note(run: Run, what: str) -> None:
     """Say which stage the run folder's writer is at (`rao status`, a refused second writer)."""
     runlock.note_stage(run.dir, what)
-
-
-def prepare(run: Run) -> dict[str, Any]:
-    """Before a stage runs: refuse a configuration that would alter completed stages of this run
-    folder, then save it (and record any allowed change with the first round it applies to)."""
-    cfg = run.config
-    run.layout.migrate()  # a run folder of the old naming (rao_core/layout.py)
-    diff = resume.check_resume(cfg)
-    first = run.layout.completed_rounds()
-    resume.record(cfg, diff, first)
-    if diff:  # also on the campaign's MLflow run, next to the metrics it explains
-        changes = json.dumps({k: list(v) for k, v in diff.items()}, default=str)
-        tracker = run.tracker
-        tracker.set_tag(tracker.campaign_run_id(), f"config_change.round_{first}", changes)
-    return diff
 
 
 # -- shards ------------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ MODES = {"recursive": "recursive", "flat": "single"}  # report name -> AgentConf
 
 def agent_config(suite: Suite, mode: str, context: int) -> AgentConfig:
     """The run's agent budgets (agent.*) in the given shape, at the warm start's context."""
-    return dataclasses.replace(suite.cfg.agent, mode=MODES[mode], max_context_tokens=context)
+    return dataclasses.replace(suite.ctx.agent, mode=MODES[mode], max_context_tokens=context)
 
 
 def run_modes(
@@ -63,7 +63,7 @@ def run_modes(
     """(mode, tree) jobs through the Sampler, each tree with its mode's budgets; the policy is closed after."""
     mode_of = {id(spec): mode for mode, spec in jobs}
     agent = lambda spec: agent_config(suite, mode_of[id(spec)], context)  # noqa: E731
-    sampler = Sampler(policy, chat, agent, suite.cfg.sandbox, None, temperature, concurrency)
+    sampler = Sampler(policy, chat, agent, suite.ctx.sandbox, None, temperature, concurrency)
     runs = sampler.run([spec for _, spec in jobs], on_tree_done=on_done)
     return [(mode_of[id(run.spec)], run) for run in runs]
 
@@ -75,7 +75,7 @@ def expert_examples(cfg: WarmStartConfig, chat: ChatFraming, suite: Suite) -> li
     expert = suite.demonstrator(cfg)
     if expert is None:
         raise ValueError(
-            f"warmstart.demonstrations: suite {suite.cfg.suite} has no scripted expert: give a Parquet of "
+            f"warmstart.demonstrations: suite {suite.ctx.suite} has no scripted expert: give a Parquet of "
             "demonstration trees (the nodes schema, e.g. a rollout folder)"
         )
     rng = random.Random(f"warmstart:{cfg.seed}")
@@ -97,7 +97,7 @@ def expert_examples(cfg: WarmStartConfig, chat: ChatFraming, suite: Suite) -> li
                 if m and turn in slips:
                     mask[i] = 0
             rows.append(example(r.token_ids, mask, mode, r.depth))
-    warn_long_replies([r for _, run in runs for r in run.records], suite.cfg.agent.max_new_tokens)
+    warn_long_replies([r for _, run in runs for r in run.records], suite.ctx.agent.max_new_tokens)
     return rows
 
 
@@ -351,7 +351,7 @@ def evaluate_small(
 
     with engine_scope():  # children of its own, stopped after (not kept idle in a campaign's scope)
         engine, tokenizer = open_policy_engine(policy, Path(model_path))
-        chat = ChatFraming(tokenizer, suite.cfg.policy.chat_template_kwargs)
+        chat = ChatFraming(tokenizer, suite.ctx.policy.chat_template_kwargs)
         runs = run_modes(jobs, suite, engine, chat, context, max_concurrent_trees, 0.0, lambda _: tick())
     wins: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     statuses: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -393,7 +393,7 @@ def warm_start(
         if cfg.demonstrations:
             rows = demonstration_examples(cfg, len(tok))
         else:
-            rows = expert_examples(cfg, ChatFraming(tok, suite.cfg.policy.chat_template_kwargs), suite)
+            rows = expert_examples(cfg, ChatFraming(tok, suite.ctx.policy.chat_template_kwargs), suite)
         write_text(data_path, "".join(json.dumps(r) + "\n" for r in rows))
     data = {"examples": len(rows), "data_seconds": round(time.time() - t0, 1),
             "by_mode": {m: sum(r["mode"] == m for r in rows) for m in MODES},

