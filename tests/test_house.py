@@ -105,3 +105,16 @@ def test_a_configuration_is_parsed_once_per_process(tmp_path):
     path.write_text("rollout:\n  num_tasks: 5\n")  # edited on disk: read again
     os.utime(path, ns=(1, 1))
     assert Run.load(path, [f"runs_dir={tmp_path}"]).config.rollout.num_tasks == 5
+
+
+def test_the_round_is_an_argument_and_old_run_configs_still_load(tmp_path):
+    import pytest
+
+    from rao_core.config import ConfigError
+    from rao_core.run import load_config
+
+    old = tmp_path / "config.yaml"  # a run folder's config.yaml of before: the round was a setting
+    old.write_text("rollout:\n  round: 2\n  policy_version: 2\n  num_tasks: 3\n")
+    assert load_config(old).rollout.num_tasks == 3
+    with pytest.raises(ConfigError, match=r"rollout.round: removed: .*--round"):
+        load_config(overrides=["rollout.round=3"])

@@ -443,14 +443,3 @@ def evaluate_warm_start(
     )  # fmt: skip
     write_json(out / "metrics.json", metrics)
     return metrics
-
-
-def format_table(ev: dict[str, Any]) -> str:
-    """Markdown: success (95% Wilson interval) by difficulty and mode."""
-    modes = list(ev["success"])
-    lines = ["| difficulty | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
-    for d in next(iter(ev["success"].values())):
-        cells = [ev["success"][m][d] for m in modes]
-        row = " | ".join(f"{c['rate']:.0%} [{c['lo']:.0%}, {c['hi']:.0%}] (n={c['n']})" for c in cells)
-        lines.append(f"| {d} | {row} |")
-    return "\n".join(lines)

@@ -19,7 +19,7 @@ from typing import Any
 
 from rao_core.config import RunConfig
 from rao_core.envs.suites import open_suite
-from rao_core.train.warmstart import evaluate_warm_start, format_table, warm_start
+from rao_core.train.warmstart import evaluate_warm_start, warm_start
 
 
 class _Tee:
@@ -78,3 +78,14 @@ def ship(out: Path, dest: Path, command: str) -> None:
     tmp.rename(dest)
     shutil.rmtree(old, ignore_errors=True)
     print(f"shipped to {dest}")
+
+
+def format_table(ev: dict[str, Any]) -> str:
+    """Markdown: success (95% Wilson interval) by difficulty and mode."""
+    modes = list(ev["success"])
+    lines = ["| difficulty | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
+    for d in next(iter(ev["success"].values())):
+        cells = [ev["success"][m][d] for m in modes]
+        row = " | ".join(f"{c['rate']:.0%} [{c['lo']:.0%}, {c['hi']:.0%}] (n={c['n']})" for c in cells)
+        lines.append(f"| {d} | {row} |")
+    return "\n".join(lines)

@@ -20,7 +20,6 @@ from rao_core.train.warmstart import (
     WarmStartConfig,
     copy_drill,
     expert_examples,
-    format_table,
     warm_start,
 )
 
@@ -156,6 +155,8 @@ def test_copy_drill_trains_only_the_copied_name():
 
 
 def test_format_table():
+    from rao_core.train.warmstart_job import format_table
+
     cell = {"rate": 0.5, "n": 10, "lo": 0.2, "hi": 0.8}
     text = format_table({"success": {"recursive": {"easy": cell}, "flat": {"easy": cell}}})
     assert "| easy | 50% [20%, 80%] (n=10) | 50% [20%, 80%] (n=10) |" in text
