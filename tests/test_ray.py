@@ -162,19 +162,19 @@ def test_sharded_rollout_on_ray_matches_one_local_rollout(ray_cluster, prefect_s
 
 
 @task(name="rollout-shard", cache_policy=NO_CACHE)  # no Prefect retries: only Ray can bring it back
-def dying_shard(cfg: RunConfig, round_: int, shard: int) -> str:
+def dying_shard(run: Run, round_: int, shard: int) -> str:
     """On its first attempt a shard's worker is SIGKILLed: shard 0 right after its partition is
     complete (the retry must not write it again), shard 1 with what a crash mid-write leaves, a
     partition folder without marker holding half a file and a temporary folder (the retry must
     replace them atomically)."""
-    once = Path(cfg.runs_dir) / f"killed-shard-{shard}"
+    once = Path(run.config.runs_dir) / f"killed-shard-{shard}"
     if once.exists():
-        return stages.rollout_shard.fn(cfg, round_, shard)
+        return stages.rollout_shard.fn(run, round_, shard)
     if shard == 0:
-        path = Path(stages.rollout_shard.fn(cfg, round_, shard))
+        path = Path(stages.rollout_shard.fn(run, round_, shard))
         once.write_text(str((path / "nodes.parquet").stat().st_mtime_ns))
     else:
-        part = cfg.layout.rollouts(round_) / "shard=1"
+        part = run.layout.rollouts(round_) / "shard=1"
         (part.parent / ".tmp-shard=1-deadbeef").mkdir(parents=True)
         part.mkdir()
         (part / "nodes.parquet").write_bytes(b"PAR1 half a file")
