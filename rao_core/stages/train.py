@@ -9,7 +9,6 @@ from typing import Any
 from rao_core.engines.scope import make_room_for_training
 from rao_core.run import Run
 from rao_core.stages.common import note
-from rao_core.train.stage import launch_round, train_round
 
 
 def round_lr(run: Run, round_: int) -> float:
@@ -23,6 +22,8 @@ def round_lr(run: Run, round_: int) -> float:
 def train(run: Run, round_: int) -> dict[str, Any]:
     """Train version round_+1 (train.*, the round's learning rate); returns its metrics. A complete
     checkpoint is returned as it is. With train.accelerate_config, on N processes."""
+    from rao_core.train.stage import launch_round, train_round  # torch, TRL: only when training
+
     cfg, ckpt = run.config, run.checkpoints
     note(run, f"training of round {round_}")
     paths = (run.dir, round_, ckpt.path(round_), run.layout.checkpoint(round_ + 1))
