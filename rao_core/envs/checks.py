@@ -7,8 +7,9 @@ nothing for it. Each refusal is one line naming the key (docs/own-task.md, "Chec
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from rao_core.config import RunConfig
+from rao_core.config import EvalConfig, PolicyConfig, RolloutConfig, RunConfig, WarmStartConfig
 from rao_core.envs.base import SUITE_SPECIFIC, Suite
 
 
@@ -21,18 +22,18 @@ def has_expert(cls: type[Suite]) -> bool:
     return cls.expert is not Suite.expert or cls.demonstrator is not Suite.demonstrator
 
 
-def check_expert(cls: type[Suite], cfg: RunConfig) -> None:
+def check_expert(cls: type[Suite], policy: PolicyConfig, warmstart: WarmStartConfig) -> None:
     """Settings that need the suite's scripted expert, or demonstrations that exist."""
     name = cls.__name__
-    if cfg.policy.kind == "scripted" and cls.expert is Suite.expert:
+    if policy.kind == "scripted" and cls.expert is Suite.expert:
         raise RunCheckError(
             f"policy.kind: 'scripted': {name} has no scripted expert (Suite.expert() returns None); "
             "use a model (policy.kind=hf) or write expert() (docs/own-task.md)"
         )
-    demos = cfg.warmstart.demonstrations
+    demos = warmstart.demonstrations
     if demos and not Path(demos).exists():
         raise RunCheckError(f"warmstart.demonstrations: {demos!r}: no such file or folder")
-    if cfg.policy.model == "warmstart" and not demos and not has_expert(cls):
+    if policy.model == "warmstart" and not demos and not has_expert(cls):
         raise RunCheckError(
             f"policy.model: 'warmstart': {name} has no scripted expert to learn from; set "
             "warmstart.demonstrations (a Parquet file or folder of trees) or write expert() (docs/own-task.md)"
@@ -61,14 +62,14 @@ def unused_settings(cls: type[Suite], cfg: RunConfig) -> list[str]:
     return out
 
 
-def check_tasks(suite: Suite, cfg: RunConfig, strict: bool = True) -> list[str]:
+def check_tasks(suite: Suite, rollout: RolloutConfig, held_out: EvalConfig, strict: bool = True) -> list[str]:
     """The task rows carry only declared difficulties (else RunCheckError), and the draws have
     enough tasks: a round of rollout.num_tasks from rollout.split, eval.num_tasks per difficulty
     from eval.split. Too few: RunCheckError when `strict` (`--check`) and the number was set (a
     default takes what there is), else a warning line. Returns the warnings."""
     name = type(suite).__name__
     _, declared = type(suite).labels(suite.args)
-    for split in sorted({cfg.rollout.split, cfg.eval.split}):
+    for split in sorted({rollout.split, held_out.split}):
         bad = sorted({t.difficulty for t in suite.tasks(split)} - set(declared))
         if bad:
             raise RunCheckError(
@@ -76,30 +77,31 @@ def check_tasks(suite: Suite, cfg: RunConfig, strict: bool = True) -> list[str]:
                 f"(Suite.difficulties: {', '.join(declared)})"
             )
     short = []
-    pool = [t for t in suite.tasks(cfg.rollout.split) if t.difficulty in cfg.rollout.difficulty]
-    if len(pool) < cfg.rollout.num_tasks:
+    pool = [t for t in suite.tasks(rollout.split) if t.difficulty in rollout.difficulty]
+    if len(pool) < rollout.num_tasks:
         short.append(
-            f"rollout.num_tasks: {cfg.rollout.num_tasks}: more than the {len(pool)} {cfg.rollout.split} tasks of "
-            f"difficulty {', '.join(cfg.rollout.difficulty)} in suite {name}"
+            f"rollout.num_tasks: {rollout.num_tasks}: more than the {len(pool)} {rollout.split} tasks of "
+            f"difficulty {', '.join(rollout.difficulty)} in suite {name}"
         )
-    held_out = suite.tasks(cfg.eval.split)
-    for d in cfg.eval.difficulty:
-        have = sum(t.difficulty == d for t in held_out)
-        if have < cfg.eval.num_tasks:
+    val = suite.tasks(held_out.split)
+    for d in held_out.difficulty:
+        have = sum(t.difficulty == d for t in val)
+        if have < held_out.num_tasks:
             short.append(
-                f"eval.num_tasks: {cfg.eval.num_tasks}: more than the {have} {cfg.eval.split} tasks of "
+                f"eval.num_tasks: {held_out.num_tasks}: more than the {have} {held_out.split} tasks of "
                 f"difficulty {d!r} in suite {name} (it is per difficulty)"
             )
-    asked = [line for line in short if not _default(cfg, line.split(":")[0])]
+    sections = {"rollout": rollout, "eval": held_out}
+    asked = [line for line in short if not _default(sections, line.split(":")[0])]
     if asked and strict:  # a number the user set; a default simply takes what there is
         raise RunCheckError(asked[0])
     return [f"warning: {line}; the run draws what there is" for line in short]
 
 
-def _default(cfg: RunConfig, key: str) -> bool:
+def _default(sections: dict[str, Any], key: str) -> bool:
     """Is `section.field` at its default (not set by the user, the suite or a config file)?"""
     section, name = key.split(".")
-    owner = getattr(cfg, section)
+    owner = sections[section]
     return getattr(owner, name) == type(owner).__pydantic_fields__[name].get_default(
         call_default_factory=True
     )
@@ -115,12 +117,12 @@ def check_run(cfg: RunConfig, synthesize: bool = True) -> list[str]:
     from rao_core.envs.suites import make_suite, open_suite
 
     suite = make_suite(cfg)
-    check_expert(type(suite), cfg)
+    check_expert(type(suite), cfg.policy, cfg.warmstart)
     warnings = unused_settings(type(suite), cfg)
     run_data = cfg.layout.data(cfg.suite)
     if all((run_data / f).is_file() for f in suite.files):
-        warnings += check_tasks(open_suite(cfg, run_data), cfg, strict=synthesize)
+        warnings += check_tasks(open_suite(cfg, run_data), cfg.rollout, cfg.eval, strict=synthesize)
     elif synthesize:
         with tempfile.TemporaryDirectory(prefix="rao-check-") as tmp:
-            warnings += check_tasks(open_suite(cfg, Path(tmp)), cfg)
+            warnings += check_tasks(open_suite(cfg, Path(tmp)), cfg.rollout, cfg.eval)
     return warnings

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from rao_core.config import RunConfig
+from rao_core.config import EvalConfig, RolloutConfig, RunConfig, WarmStartConfig
 from rao_core.envs.base import Suite
 
 GROUP = "rao.suites"
@@ -102,7 +102,7 @@ def check_suite(cls: type[Suite], args: Any, cfg: RunConfig) -> None:
         raise
     except ValueError as e:
         raise SuiteError(str(e)) from None
-    for key, values in labels_used(cfg).items():
+    for key, values in labels_used(cfg.rollout, cfg.eval, cfg.warmstart).items():
         allowed = splits if key.endswith("split") else difficulties
         bad = [v for v in values if v not in allowed]
         if bad:
@@ -122,12 +122,14 @@ def suite_defaults(cls: type[Suite], args: Any) -> list[dict]:
         raise SuiteError(str(e)) from None
 
 
-def labels_used(cfg: RunConfig) -> dict[str, list[str]]:
-    """The splits and difficulties a run configuration asks of its suite, by key."""
+def labels_used(
+    rollout: RolloutConfig, held_out: EvalConfig, warmstart: WarmStartConfig
+) -> dict[str, list[str]]:
+    """The splits and difficulties a run asks of its suite (rollout.*, eval.*, warmstart.*), by key."""
     return {
-        "rollout.split": [cfg.rollout.split],
-        "eval.split": [cfg.eval.split],
-        "rollout.difficulty": list(cfg.rollout.difficulty),
-        "eval.difficulty": list(cfg.eval.difficulty),
-        "warmstart.eval_difficulties": list(cfg.warmstart.eval_difficulties),
+        "rollout.split": [rollout.split],
+        "eval.split": [held_out.split],
+        "rollout.difficulty": list(rollout.difficulty),
+        "eval.difficulty": list(held_out.difficulty),
+        "warmstart.eval_difficulties": list(warmstart.eval_difficulties),
     }

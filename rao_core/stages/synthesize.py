@@ -43,4 +43,6 @@ class Synthesized:
 def synthesize(run: Run) -> Synthesized:
     changed = prepare(run)
     suite = open_suite(run.config)
-    return Synthesized(suite.dir, changed, check_tasks(suite, run.config, strict=False))
+    return Synthesized(
+        suite.dir, changed, check_tasks(suite, run.config.rollout, run.config.eval, strict=False)
+    )

@@ -79,9 +79,9 @@ def test_the_synthesize_stage_checks_the_rows_it_wrote(user_pkg, tmp_path):
     """Undeclared labels are refused; too few tasks, outside --check, are a warning."""
     cfg = load_config(overrides=[f"runs_dir={tmp_path}", f"suite={mislabelled(user_pkg)}:EchoSuite"])
     with pytest.raises(RunCheckError, match="does not declare"):
-        check_tasks(open_suite(cfg), cfg, strict=False)
+        check_tasks(open_suite(cfg), cfg.rollout, cfg.eval, strict=False)
     cfg = load_config(overrides=[f"runs_dir={tmp_path / 'b'}", ECHO, "eval.num_tasks=3"])
-    (warning,) = check_tasks(open_suite(cfg), cfg, strict=False)
+    (warning,) = check_tasks(open_suite(cfg), cfg.rollout, cfg.eval, strict=False)
     assert (
         warning.startswith("warning: eval.num_tasks: 3: more than the 1 holdout tasks")
         and "draws what" in warning
