@@ -14,18 +14,17 @@ hops), the direction the paper reports (DeepDive recursive up to 18x slower with
 from __future__ import annotations
 
 import argparse
-import asyncio
 import tempfile
 import time
 from pathlib import Path
 
 from rao_core.agent.prompts import ChatFraming
-from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeSpec
 from rao_core.config import AgentConfig, DeepDiveConfig, SandboxConfig
 from rao_core.envs.deepdive import HOPS, env_from_task, load_tasks, open_world, synthesize
 from rao_core.envs.deepdive.expert import DeepDiveExpert
 from rao_core.models.tokenizer import tiny_tokenizer
+from rao_core.sampler import Sampler
 
 
 def tree_seconds(world, task, mode: str, latency: float) -> tuple[float, list]:
@@ -36,7 +35,7 @@ def tree_seconds(world, task, mode: str, latency: float) -> tuple[float, list]:
     policy = DeepDiveExpert(world.graph, latency_s=latency)
     spec = TreeSpec(task.task_id, 0, env_from_task(world, task))
     start = time.perf_counter()
-    (tree,) = asyncio.run(run_trees([spec], policy, ChatFraming(tiny_tokenizer()), cfg, SandboxConfig()))
+    (tree,) = Sampler(policy, ChatFraming(tiny_tokenizer()), cfg, SandboxConfig()).run([spec])
     return time.perf_counter() - start, tree.records
 
 

@@ -13,13 +13,11 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import time
 
 from rao_core.agent.prompts import ChatFraming
-from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeSpec
-from rao_core.config import AgentConfig, RunConfig, SandboxConfig, WorldConfig
+from rao_core.config import AgentConfig, SandboxConfig, WorldConfig
 from rao_core.envs.textcraft import (
     DOMAINS,
     Inventory,
@@ -34,7 +32,8 @@ from rao_core.envs.textcraft import (
 from rao_core.envs.textcraft.expert import TextCraftExpert
 from rao_core.eval.metrics import load_round, summarize
 from rao_core.models.tokenizer import tiny_tokenizer
-from rao_core.run import Run
+from rao_core.run import Run, load_config
+from rao_core.sampler import Sampler
 from rao_core.stages.rollout import roll_out
 
 
@@ -67,8 +66,8 @@ def fan_out_seconds(world, target: str, parallel: bool, latency: float) -> tuple
         max_depth=1, max_steps=40, tree_timeout_s=600, reply_format="thought_python", max_context_tokens=8192
     )
     start = time.perf_counter()
-    (tree,) = asyncio.run(
-        run_trees([TreeSpec("bench", 0, env)], policy, ChatFraming(tiny_tokenizer()), cfg, SandboxConfig())
+    (tree,) = Sampler(policy, ChatFraming(tiny_tokenizer()), cfg, SandboxConfig()).run(
+        [TreeSpec("bench", 0, env)]
     )
     return time.perf_counter() - start, tree.records
 
@@ -94,14 +93,11 @@ def main() -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = RunConfig(runs_dir=tmp, run_name="bench", suite="textcraft")
-        cfg.policy.kind, cfg.agent.reply_format, cfg.agent.max_context_tokens = (
-            "scripted",
-            "thought_python",
-            8192,
-        )
-        cfg.rollout.difficulty, cfg.rollout.num_tasks, cfg.rollout.group_size = "medium", args.trees // 2, 2
-        cfg.policy.error_rate = 0.0
+        cfg = load_config(None, [
+            f"runs_dir={tmp}", "run_name=bench", "suite=textcraft", "policy.kind=scripted", "policy.error_rate=0",
+            "agent.reply_format=thought_python", "agent.max_context_tokens=8192", "rollout.difficulty=medium",
+            f"rollout.num_tasks={args.trees // 2}", "rollout.group_size=2",
+        ])  # fmt: skip
         start = time.perf_counter()
         roll_out(Run(cfg), 0)
         wall = time.perf_counter() - start

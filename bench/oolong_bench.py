@@ -14,16 +14,15 @@ answer correctly.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import time
 
 from rao_core.agent.prompts import ChatFraming
-from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeSpec
 from rao_core.config import AgentConfig, OolongConfig, SandboxConfig
 from rao_core.envs.oolong import env_from_task, make_tasks
 from rao_core.envs.oolong.expert import OolongExpert
 from rao_core.models.tokenizer import tiny_tokenizer
+from rao_core.sampler import Sampler
 
 
 def run_tree(task, mode: str, latency: float, chunk_chars: int) -> tuple[float, list]:
@@ -34,7 +33,7 @@ def run_tree(task, mode: str, latency: float, chunk_chars: int) -> tuple[float, 
     policy = OolongExpert(chunk_chars, agent.max_children, agent.max_steps, latency_s=latency)
     spec = TreeSpec(task.task_id, 0, env_from_task(task))
     start = time.perf_counter()
-    (tree,) = asyncio.run(run_trees([spec], policy, ChatFraming(tiny_tokenizer()), agent, SandboxConfig()))
+    (tree,) = Sampler(policy, ChatFraming(tiny_tokenizer()), agent, SandboxConfig()).run([spec])
     return time.perf_counter() - start, tree.records
 
 
