@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from rao_core.eval.report import plot_runs
-from rao_core.reporting import eval_history_of
+from rao_core.stages.report import eval_history_of
 
 
 def main() -> None:

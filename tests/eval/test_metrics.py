@@ -45,7 +45,7 @@ def test_wilson_interval():
     assert wilson_interval(0, 10)[0] == 0.0 and wilson_interval(10, 10)[1] == 1.0
 
 
-def test_evaluate_round_writes_partition_and_summary(toy):
+def test_evaluate_writes_partition_and_summary(toy):
     cfg = toy("eval.num_tasks=2", "eval.difficulty=easy,medium", "policy.error_rate=0")
     m = evaluate(Run(cfg), 0)
     assert m["easy"]["trees"] == 2 and m["medium"]["trees"] == 2
