@@ -118,3 +118,29 @@ def test_the_round_is_an_argument_and_old_run_configs_still_load(tmp_path):
     assert load_config(old).rollout.num_tasks == 3
     with pytest.raises(ConfigError, match=r"rollout.round: removed: .*--round"):
         load_config(overrides=["rollout.round=3"])
+
+
+def test_every_import_of_the_library_in_scripts_and_benches_resolves():
+    """Scripts and benches run by hand, not by the tests: a module moved in the house must not
+    leave one importing its old home (scripts/plot_runs.py did once)."""
+    import importlib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    files = [*root.glob("scripts/*.py"), *root.glob("bench/*.py"), *root.glob("examples/**/*.py")]
+    missing = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.level == 0
+                and (node.module or "").startswith("rao_core")
+            ):
+                module = importlib.import_module(node.module)
+                for alias in node.names:
+                    if not hasattr(module, alias.name):
+                        try:
+                            importlib.import_module(f"{node.module}.{alias.name}")
+                        except ModuleNotFoundError:
+                            missing.append(f"{path.relative_to(root)}: {node.module}.{alias.name}")
+    assert missing == []
