@@ -244,8 +244,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"in progress: {runlock.describe(writer)}")
     stored = resume.stored_config(cfg.run_dir) or {}  # the run's own rounds, not this command's default
     run = Run(cfg)
-    rounds = max(stored.get("campaign", {}).get("rounds", 0), campaign.completed_rounds(run))
-    table = Table(title=f"{cfg.run_dir}: {campaign.completed_rounds(run)} of {rounds} rounds complete")
+    rounds = max(stored.get("campaign", {}).get("rounds", 0), run.layout.completed_rounds())
+    table = Table(title=f"{cfg.run_dir}: {run.layout.completed_rounds()} of {rounds} rounds complete")
     rows = campaign.status(run, rounds or None)
     for col in rows[0]:
         table.add_column(col)

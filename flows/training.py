@@ -166,7 +166,7 @@ def round_flow(config: str | None = None, overrides: list[str] | None = None) ->
         with tracking.campaign_status([a.tracker for a in arms]), campaign.engines(run), ray_session(run):
             for arm in arms:
                 stages.warm_start(arm)
-                metrics.append(run_round(arm, campaign.completed_rounds(arm)))
+                metrics.append(run_round(arm, arm.layout.completed_rounds()))
             stages.campaign_report(run)
     return metrics[0]
 
@@ -198,7 +198,7 @@ def evaluate_flow(
     with writing([run], "rao eval"), campaign.engines(run), ray_session(run):
         stages.synthesize(run)
         stages.warm_start(run)
-        version = campaign.completed_rounds(run) if version < 0 else version
+        version = run.layout.completed_rounds() if version < 0 else version
         if compare:
             return stages.compare(run, version)
         return evaluate(run, version)

@@ -38,14 +38,9 @@ def engines(run: Run) -> Iterator[EngineScope]:
 
 
 # -- where a run stands ------------------------------------------------------------------------
-def completed_rounds(run: Run) -> int:
-    """Rounds whose evaluation of the new policy is complete (the next round to run)."""
-    return run.layout.completed_rounds()
-
-
 def status(run: Run, rounds: int | None = None) -> list[dict[str, Any]]:
     """Per round: which stages have complete outputs."""
-    rounds = rounds if rounds is not None else max(run.config.campaign.rounds, completed_rounds(run))
+    rounds = rounds if rounds is not None else max(run.config.campaign.rounds, run.layout.completed_rounds())
     layout = run.layout
     return [
         {

@@ -95,11 +95,3 @@ class Checkpoints:
 
     def path(self, version: int) -> Path:
         return self.initial() if version == 0 else self.layout.checkpoint(version)
-
-    def complete(self, version: int) -> bool:
-        return version == 0 or is_complete(self.layout.checkpoint(version))
-
-    def metrics(self, version: int) -> dict[str, Any] | None:
-        """A trained version's metrics.json (None for version 0 or an incomplete one)."""
-        path = self.layout.checkpoint(version) / METRICS
-        return json.loads(path.read_text()) if version > 0 and path.is_file() else None

@@ -34,8 +34,7 @@ def open_policy_engine(
     from rao_core.engines import build_engine
     from rao_core.models.tokenizer import load_tokenizer
 
-    name = getattr(policy, "tokenizer", "auto")
-    tokenizer = load_tokenizer(str(model) if name == "auto" else name)
+    tokenizer = load_tokenizer(str(model) if policy.tokenizer == "auto" else policy.tokenizer)
     cfg = dataclasses.replace(placed(policy, on_ray), model=str(model))
     return build_engine(cfg, tokenizer, context, lora_rank=lora_rank), tokenizer
 

@@ -175,16 +175,12 @@ def campaign_summary(run: Run) -> dict[str, Any]:
     """Held-out success per policy version and difficulty, from every complete evaluation."""
     return {
         f"v{v}": {k: m["success"] for k, m in ev.items() if isinstance(m, dict) and "success" in m}
-        for v, ev in eval_history(run).items()
+        for v, ev in eval_history_of(run.dir).items()
     }
 
 
-def eval_history(run: Run) -> dict[int, dict[str, Any]]:
-    """Every complete evaluation summary of the run, by policy version."""
-    return eval_history_of(run.dir)
-
-
 def eval_history_of(run_dir: Path) -> dict[int, dict[str, Any]]:
+    """Every complete evaluation summary of the run in `run_dir`, by policy version."""
     layout = RunLayout(run_dir)
     out, v = {}, 0
     while layout.complete(layout.eval(v)):
