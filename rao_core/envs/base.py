@@ -20,7 +20,16 @@ from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel
 
-from rao_core.config import RunConfig
+from rao_core.config import (
+    AgentConfig,
+    DeepDiveConfig,
+    OolongConfig,
+    PolicyConfig,
+    RunConfig,
+    SandboxConfig,
+    TaskConfig,
+    WorldConfig,
+)
 
 # Settings read only by suites that say so (Suite.reads): a plugin suite's demonstrator may read any
 # warmstart.* field, so a suite names the ones it uses; `--check` warns about the others.
@@ -142,15 +151,15 @@ class SuiteContext:
     built-in suites (world, tasks, oolong, deepdive; a plugin suite reads its own `args`)."""
 
     suite: str
-    agent: Any
-    sandbox: Any
-    policy: Any
+    agent: AgentConfig
+    sandbox: SandboxConfig
+    policy: PolicyConfig
     train_split: str = "train"
     eval_split: str = "val"
-    world: Any = None
-    tasks: Any = None
-    oolong: Any = None
-    deepdive: Any = None
+    world: WorldConfig | None = None
+    tasks: TaskConfig | None = None
+    oolong: OolongConfig | None = None
+    deepdive: DeepDiveConfig | None = None
 
     @classmethod
     def of(cls, cfg: RunConfig) -> SuiteContext:
