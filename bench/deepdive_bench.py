@@ -20,7 +20,8 @@ from pathlib import Path
 
 from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.tree import TreeSpec
-from rao_core.config import AgentConfig, DeepDiveConfig, SandboxConfig
+from rao_core.config import AgentConfig, SandboxConfig
+from rao_core.envs.args import DeepDiveArgs
 from rao_core.envs.deepdive import HOPS, env_from_task, load_tasks, open_world, synthesize
 from rao_core.envs.deepdive.expert import DeepDiveExpert
 from rao_core.models.tokenizer import tiny_tokenizer
@@ -44,7 +45,7 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=0.1, help="seconds per model turn")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        synthesize(DeepDiveConfig(), Path(tmp))
+        synthesize(DeepDiveArgs(), Path(tmp))
         world, tasks = open_world(Path(tmp)), load_tasks(Path(tmp) / "train.parquet")
     print(
         f"L = {args.latency:.2f} s per turn; one {len(world.graph.entities)}-entity graph, one question per hop count"

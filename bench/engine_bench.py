@@ -30,8 +30,9 @@ from transformers.utils import logging as hf_logging
 from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeSpec
-from rao_core.config import AgentConfig, SandboxConfig, TaskConfig, WorldConfig
+from rao_core.config import AgentConfig, SandboxConfig
 from rao_core.engines.hf import HFEngine
+from rao_core.envs.args import TextCraftArgs
 from rao_core.envs.textcraft import env_from_task, generate_world, make_tasks
 from rao_core.models.tiny import build_tiny_model
 from rao_core.models.tokenizer import tiny_tokenizer
@@ -60,8 +61,8 @@ class Recorder(Policy):
 
 def bench_trees(model, tok, n_trees: int, turns: int, new: int, concurrent: bool, engine=None, **engine_kw):
     """Real TextCraft trees with the engine as policy: all at once, or one tree after another."""
-    world = generate_world(WorldConfig())
-    tasks = [t for t in make_tasks(world, TaskConfig()) if t.difficulty == "medium"]
+    world = generate_world(TextCraftArgs())
+    tasks = [t for t in make_tasks(world, TextCraftArgs()) if t.difficulty == "medium"]
     cfg = AgentConfig(max_steps=turns, max_new_tokens=new, max_context_tokens=4096, tree_timeout_s=900)
     engine = engine or HFEngine(model, tok, **engine_kw)
     policy, chat = Recorder(engine), ChatFraming(tok)

@@ -17,7 +17,8 @@ import time
 
 from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.tree import TreeSpec
-from rao_core.config import AgentConfig, SandboxConfig, WorldConfig
+from rao_core.config import AgentConfig, SandboxConfig
+from rao_core.envs.args import TextCraftArgs
 from rao_core.envs.textcraft import (
     DOMAINS,
     Inventory,
@@ -41,7 +42,7 @@ def bench_world(longest: int = 34) -> tuple[World, str, list[int]]:
     """The reference world plus one bench item made of 3 items from 3 different domains with flat
     plans of equal length, so the 3 children share no intermediate item (domains are disjoint),
     are truly independent, and take the same number of turns."""
-    world = generate_world(WorldConfig())
+    world = generate_world(TextCraftArgs())
     steps = {
         name: len(solve(world, base_needs(world, {name: 1}), {name: 1}) or [])
         for name, item in sorted(world.items.items())

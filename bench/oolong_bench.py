@@ -18,7 +18,8 @@ import time
 
 from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.tree import TreeSpec
-from rao_core.config import AgentConfig, OolongConfig, SandboxConfig
+from rao_core.config import AgentConfig, SandboxConfig
+from rao_core.envs.args import OolongArgs
 from rao_core.envs.oolong import env_from_task, make_tasks
 from rao_core.envs.oolong.expert import OolongExpert
 from rao_core.models.tokenizer import tiny_tokenizer
@@ -45,7 +46,7 @@ def main() -> None:
     ap.add_argument("--chunk-chars", type=int, default=32000, help="characters per chunk")
     args = ap.parse_args()
 
-    cfg = OolongConfig(seed=7, tasks_per_difficulty=args.tasks, difficulty_tokens={"extreme": [args.tokens]})
+    cfg = OolongArgs(seed=7, tasks_per_difficulty=args.tasks, difficulty_tokens={"extreme": [args.tokens]})
     tasks = make_tasks(cfg, "val")
     print(
         f"{len(tasks)} questions over {args.tokens}-token transcripts ({len(tasks[0].context):,} characters)"

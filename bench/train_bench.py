@@ -29,7 +29,6 @@ micro-batches without checkpointing; on a CPU, 512- against 2,048-token micro-ba
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import json
 import os
@@ -232,8 +231,8 @@ def plan_gib(model, cfg) -> float:
             offset += 2 * p.numel()
         blob = json.dumps(header).encode()
         (Path(folder) / "model.safetensors").write_bytes(struct.pack("<Q", len(blob)) + blob)
-        run = dataclasses.replace(load_config(overrides=[f"policy.model={folder}"]), train=cfg)
-        return memory.plan(run, Path(folder), memory.devices()).total("train")
+        policy = load_config(overrides=[f"policy.model={folder}"]).policy
+        return memory.plan(cfg, policy, Path(folder), memory.devices()).total("train")
 
 
 def throughput(args) -> None:

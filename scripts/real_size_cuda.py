@@ -108,7 +108,7 @@ def main() -> None:
     ]  # fmt: skip
     cfg = load_config(None, result["overrides"])
     found = memory.devices()
-    plan = memory.plan(cfg, folder, found)
+    plan = memory.plan(cfg.train, cfg.policy, folder, found)
     print(memory.table(plan, found), flush=True)
     result["memory_plan_gib"] = {s: round(plan.total(s), 2) for s in plan.stages}
     save()

@@ -24,11 +24,11 @@ TOY = [  # the reference profile on a toy world, whatever the embedded defaults 
     "agent.max_steps=25",
     "policy.kind=scripted",
     "policy.model=tiny",
-    "world.domains=2",
-    "world.max_tier=6",
-    "world.items_per_tier=6",
-    "world.cross_domain_items=0",
-    "tasks.tasks_per_item=1",
+    "suite_args.domains=2",
+    "suite_args.max_tier=6",
+    "suite_args.items_per_tier=6",
+    "suite_args.cross_domain_items=0",
+    "suite_args.tasks_per_item=1",
     "rollout.difficulty=easy",
     "rollout.num_tasks=2",
     "rollout.group_size=2",
@@ -69,7 +69,11 @@ def row_labels(cfg: RunConfig, split: str = "train") -> RowLabels:
 
 
 def toy_config(tmp_path, *overrides: str) -> RunConfig:
-    return load_config(overrides=[f"runs_dir={tmp_path}", *TOY, *overrides])
+    """The toy run, with `overrides` on top; with another suite, the toy world's suite_args go
+    (they are TextCraft's settings)."""
+    other = any(o.startswith("suite=") and o != "suite=textcraft" for o in overrides)
+    toy = [o for o in TOY if not (other and o.startswith("suite_args."))]
+    return load_config(overrides=[f"runs_dir={tmp_path}", *toy, *overrides])
 
 
 @pytest.fixture

@@ -12,9 +12,7 @@ def test_defaults_validate():
 def test_overrides_and_yaml(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("run_name: x\nagent:\n  max_steps: 7\n")
-    cfg = load_config(
-        path, ["agent.max_depth=2", "scoring.lam=0.4", "tasks.distractors=[0, 1]", "train.lr=1e-3"]
-    )
+    cfg = load_config(path, ["agent.max_depth=2", "scoring.lam=0.4", "tasks.seed=3", "train.lr=1e-3"])
     assert cfg.train.lr == 0.001
     assert (cfg.run_name, cfg.agent.max_steps, cfg.agent.max_depth, cfg.scoring.lam) == ("x", 7, 2, 0.4)
     assert parse_override("a.b=3") == {"a": {"b": 3}}
@@ -98,7 +96,8 @@ BAD = [  # (override, key the one-line error must name)
     ("warmstart.init_model=/no/such/checkpoint", "warmstart.init_model"),
     ("warmstart.root_inline_rate=1.5", "warmstart.root_inline_rate"),
     ("train.lr_final=-1", "train.lr_final"),
-    ("world.domains=9", "world.domains"),
+    ("suite_args.tasks_per_difficulty=0", "suite_args.tasks_per_difficulty"),
+    ("world.domains=2", "world.domains"),  # moved to suite_args of suite textcraft
     ("suite=minecraft", "suite"),
     ("rollout=4", "rollout"),
     ("rollout.shards=0", "rollout.shards"),

@@ -270,12 +270,12 @@ def test_kill_and_resume(prefect_server, tmp_path):
 
 SUITES = {
     "oolong": [
-        "oolong.tasks_per_difficulty=2",
-        "oolong.difficulty_tokens={easy: [2048], medium: [4096]}",
-        "oolong.chunk_chars=2500",
+        "suite_args.tasks_per_difficulty=2",
+        "suite_args.difficulty_tokens={easy: [2048], medium: [4096]}",
+        "suite_args.chunk_chars=2500",
         "agent.max_context_tokens=16384",
     ],
-    "deepdive": ["deepdive.questions_per_difficulty=6", "agent.max_context_tokens=16384"],
+    "deepdive": ["suite_args.questions_per_difficulty=6", "agent.max_context_tokens=16384"],
 }
 
 

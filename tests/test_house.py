@@ -24,13 +24,12 @@ FLOORS = [
     ["rao_core.campaign"],
 ]  # fmt: skip
 STAGES = ["synthesize", "warm_start", "rollout", "score", "train", "evaluate", "report"]
-# Functions that take the whole RunConfig (21; 84 before the stages): what sees every section by
-# its nature. `--check` (check_run, unused_settings, check_suite, Suite.check and the dataset's,
-# check_files_exist: 6), resume and branches (4), saving it (2), the memory plan (2), the doctor (1),
+# Functions that take the whole RunConfig (14; 84 before the stages): what sees every section by
+# its nature. `--check` (check_run: 1), resume and branches (4), saving it (2), the doctor (1),
 # building the narrow views (SuiteContext.of, Tracker.of, make_suite, open_suite: 4), the control
-# arm (1), `rao warmstart` (1). The work below the stages (sampler, engines, agent, scoring, trainer,
-# suites) never does. A ratchet: it may only go down (the issue asked for 15: docs/house.md).
-MAX_WHOLE_CONFIG = 21
+# arm (1), `rao warmstart` (1). The work below the stages (sampler, engines, agent, scoring,
+# trainer, suites, Suite.check) never does. A ratchet: it may only go down (docs/house.md).
+MAX_WHOLE_CONFIG = 14
 MAX_ROOMS = 8
 
 
@@ -144,3 +143,87 @@ def test_every_import_of_the_library_in_scripts_and_benches_resolves():
                         except ModuleNotFoundError:
                             missing.append(f"{path.relative_to(root)}: {node.module}.{alias.name}")
     assert missing == []
+
+
+DATA = __import__("pathlib").Path(__file__).parent / "data"
+
+
+def test_the_built_in_suites_settings_are_their_args():
+    """A built-in suite's settings are its `Args`, as a plugin suite's are: suite_args.*, checked
+    by the suite, with every default in the saved configuration; none is a RunConfig section."""
+    import pytest
+
+    from rao_core.config import ConfigError, RunConfig
+    from rao_core.envs.registry import suite_class
+    from rao_core.run import load_config
+
+    assert {"world", "oolong", "deepdive"}.isdisjoint(RunConfig.__pydantic_fields__)
+    assert list(RunConfig().tasks.__pydantic_fields__) == ["seed"]  # the run's, not a suite's
+    for suite in ("textcraft", "textcraft-small", "oolong", "deepdive"):
+        cls = suite_class(suite)
+        assert cls.Args is not None
+        assert load_config(overrides=[f"suite={suite}"]).suite_args == cls.Args().model_dump(mode="json")
+    assert load_config(overrides=["suite=textcraft", "suite_args.world_seed=7"]).suite_args["world_seed"] == 7
+    with pytest.raises(ConfigError, match=r"^suite_args.world_seed: not a setting of TextCraftSmallData"):
+        load_config(overrides=["suite_args.world_seed=7"])
+
+
+def test_old_configurations_of_the_built_in_suites_still_load(tmp_path):
+    """config.yaml files saved before the move (tests/data, written by a40fa56's save_config): the
+    run's suite's settings move into suite_args, the other suites' are dropped, tasks.seed stays."""
+    import pytest
+    import yaml
+
+    from rao_core.config import ConfigError
+    from rao_core.config.explain import explain
+    from rao_core.run import load_config
+
+    old = load_config(DATA / "config-textcraft-a40fa56.yaml")
+    assert old.suite == "textcraft" and old.tasks.seed == 3
+    assert (old.suite_args["world_seed"], old.suite_args["tasks_per_item"]) == (7, 1)
+    assert old.suite_args["distractors"] == [1, 3]
+    small = load_config(DATA / "config-textcraft-small-a40fa56.yaml")
+    assert small.suite_args == {"tasks_per_difficulty": 40}
+    # a file's new key wins over its old one; a --set of an old key warns and moves
+    both = tmp_path / "both.yaml"
+    both.write_text(
+        yaml.safe_dump(
+            {"tasks": {"small_tasks_per_difficulty": 5}, "suite_args": {"tasks_per_difficulty": 6}}
+        )
+    )
+    assert load_config(both).suite_args["tasks_per_difficulty"] == 6
+    with pytest.warns(FutureWarning, match=r"oolong.seed is now suite_args.seed"):
+        assert load_config(overrides=["suite=oolong", "oolong.seed=3"]).suite_args["seed"] == 3
+    with pytest.raises(
+        ConfigError,
+        match=r"^oolong.seed: moved to suite_args.seed of suite oolong \(this run's suite is textcraft-small",
+    ):
+        load_config(overrides=["oolong.seed=3"])
+    with pytest.raises(KeyError, match=r"moved into suite textcraft's settings"):
+        explain("world")
+    with pytest.raises(
+        ConfigError, match=r"^world.typo: unknown field \(suite textcraft's settings are suite_args"
+    ):
+        load_config(overrides=["suite=textcraft", "world.typo=3"])
+
+
+def test_a_run_folder_of_before_the_move_resumes(tmp_path):
+    """An old run folder's config.yaml is compared as today's: the same settings resume, a changed
+    suite setting is refused by its new name."""
+    import shutil
+
+    import pytest
+
+    from rao_core.config import ConfigError
+    from rao_core.resume import check_resume
+    from rao_core.run import load_config
+
+    same = ["suite=textcraft", "suite_args.world_seed=7", "suite_args.tasks_per_item=1", "tasks.seed=3",
+            "policy.kind=scripted", f"runs_dir={tmp_path}"]  # fmt: skip
+    cfg = load_config(overrides=same)
+    cfg.run_dir.mkdir(parents=True)
+    shutil.copy(DATA / "config-textcraft-a40fa56.yaml", cfg.layout.config)
+    (cfg.run_dir / "data").mkdir()  # a completed stage
+    assert set(check_resume(cfg)) == {"runs_dir"}  # a free key; the suite's settings are the same
+    with pytest.raises(ConfigError, match=r"suite_args.world_seed \(7 -> 8\)"):
+        check_resume(load_config(overrides=[*same, "suite_args.world_seed=8"]))

@@ -85,8 +85,8 @@ def test_the_wheel_installed_elsewhere_rolls_out_and_scores(tmp_path):
                            capture_output=True, text=True, cwd=work, check=True).stdout.split()  # fmt: skip
     assert all(Path(p).is_relative_to(site) for p in where), where
     toy = ["--set", "runs_dir=runs", "--set", "suite=textcraft", "--set", "policy.kind=scripted",
-           "--set", "world.domains=2", "--set", "world.max_tier=5", "--set", "world.items_per_tier=5",
-           "--set", "world.cross_domain_items=0", "--set", "rollout.difficulty=easy",
+           "--set", "suite_args.domains=2", "--set", "suite_args.max_tier=5", "--set", "suite_args.items_per_tier=5",
+           "--set", "suite_args.cross_domain_items=0", "--set", "rollout.difficulty=easy",
            "--set", "rollout.num_tasks=2", "--set", "rollout.group_size=2"]  # fmt: skip
     rao = env_dir / "bin" / "rao"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}

@@ -116,7 +116,7 @@ def test_history_lines_are_json(tmp_path):
 TOY_ARGS = [
     "suite=textcraft", "agent.reply_format=thought_python", "agent.max_context_tokens=8192",
     "agent.max_new_tokens=512", "agent.max_steps=25", "policy.kind=scripted", "policy.model=tiny",
-    "policy.error_rate=0.1", "world.domains=2", "world.max_tier=6", "world.items_per_tier=6",
-    "world.cross_domain_items=0", "tasks.tasks_per_item=1", "rollout.difficulty=easy", "rollout.num_tasks=2",
+    "policy.error_rate=0.1", "suite_args.domains=2", "suite_args.max_tier=6", "suite_args.items_per_tier=6",
+    "suite_args.cross_domain_items=0", "suite_args.tasks_per_item=1", "rollout.difficulty=easy", "rollout.num_tasks=2",
     "rollout.group_size=2", "agent.cell_timeout_s=5", "agent.tree_timeout_s=60",
 ]  # fmt: skip

@@ -23,17 +23,17 @@ from rao_core.config.sections import (
     RunConfig,
     SandboxConfig,
     ScoringConfig,
+    TaskConfig,
     TrackingConfig,
     TrainConfig,
     WarmStartConfig,
 )
-from rao_core.config.suites import DeepDiveConfig, OolongConfig, TaskConfig, WorldConfig
 from rao_core.config.types import opt
 
 __all__ = [
     "AgentConfig", "CampaignConfig", "ConfigError",
-    "DeepDiveConfig", "EvalConfig", "JudgeConfig", "OolongConfig", "PolicyConfig", "RolloutConfig",
+    "EvalConfig", "JudgeConfig", "PolicyConfig", "RolloutConfig",
     "RunConfig", "SandboxConfig", "ScoringConfig", "TaskConfig", "TrackingConfig", "TrainConfig",
-    "WarmStartConfig", "WorldConfig", "build", "ENGINES", "HFPolicy", "VLLMPolicy", "OpenAIPolicy", "ScriptedPolicy", "opt", "parse_override", "save_config",
+    "WarmStartConfig", "build", "ENGINES", "HFPolicy", "VLLMPolicy", "OpenAIPolicy", "ScriptedPolicy", "opt", "parse_override", "save_config",
     "to_dict",
 ]  # fmt: skip

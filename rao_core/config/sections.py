@@ -17,7 +17,6 @@ from rao_core.config.policy import (
     AnyPolicy,
     HFPolicy,
 )
-from rao_core.config.suites import DeepDiveConfig, OolongConfig, TaskConfig, WorldConfig
 from rao_core.config.types import (
     ContextLimits,
     Difficulties,
@@ -31,6 +30,18 @@ from rao_core.config.types import (
 )
 from rao_core.config.warmstart import WarmStartConfig
 from rao_core.layout import RunLayout
+
+
+@section
+class TaskConfig:
+    """Which tasks a run meets. A suite's own settings (how many tasks, their sizes, a world's seed)
+    are its `suite_args`; this seed is the run's."""
+
+    seed: Int = opt(
+        0,
+        "seed of the run's tasks: the tasks each round (tasks.seed + round) and the held-out "
+        "evaluation draw, and the data of suites that synthesize from it (TextCraft's)",
+    )
 
 
 @section
@@ -330,12 +341,11 @@ class RunConfig:
         min_length=1,
     )
     suite_args: dict[str, Any] = opt(
-        {}, "the suite's own settings, checked by its Args model (dataset: path, verifier, ...)"
+        {},
+        "the suite's own settings, checked by its Args model (`rao config --explain suite_args` lists the "
+        "active suite's: textcraft's world and task sizes, oolong's and deepdive's generators, dataset's path)",
     )
-    world: WorldConfig = Field(default_factory=WorldConfig)
     tasks: TaskConfig = Field(default_factory=TaskConfig)
-    deepdive: DeepDiveConfig = Field(default_factory=DeepDiveConfig)
-    oolong: OolongConfig = Field(default_factory=OolongConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     policy: AnyPolicy = Field(default_factory=HFPolicy)

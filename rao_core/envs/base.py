@@ -20,16 +20,7 @@ from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel
 
-from rao_core.config import (
-    AgentConfig,
-    DeepDiveConfig,
-    OolongConfig,
-    PolicyConfig,
-    RunConfig,
-    SandboxConfig,
-    TaskConfig,
-    WorldConfig,
-)
+from rao_core.config import AgentConfig, JudgeConfig, PolicyConfig, RunConfig, SandboxConfig
 
 # Settings read only by suites that say so (Suite.reads): a plugin suite's demonstrator may read any
 # warmstart.* field, so a suite names the ones it uses; `--check` warns about the others.
@@ -147,24 +138,23 @@ class Task(Protocol):
 class SuiteContext:
     """What a suite sees of the run, never the whole configuration: its name, the agent's budgets
     and sandbox (its expert plans within them), the policy section (the scripted expert's
-    error_rate and latency_s), the training and held-out splits, and the settings sections of the
-    built-in suites (world, tasks, oolong, deepdive; a plugin suite reads its own `args`)."""
+    error_rate and latency_s), the judge section (is there a judge to score what it cannot), the
+    training and held-out splits, and the run's task seed (tasks.seed: a suite that synthesizes
+    may seed its data with it). Its own settings are its `args` (suite_args)."""
 
     suite: str
     agent: AgentConfig
     sandbox: SandboxConfig
     policy: PolicyConfig
+    judge: JudgeConfig
     train_split: str = "train"
     eval_split: str = "val"
-    world: WorldConfig | None = None
-    tasks: TaskConfig | None = None
-    oolong: OolongConfig | None = None
-    deepdive: DeepDiveConfig | None = None
+    task_seed: int = 0
 
     @classmethod
     def of(cls, cfg: RunConfig) -> SuiteContext:
-        return cls(cfg.suite, cfg.agent, cfg.sandbox, cfg.policy, cfg.rollout.split, cfg.eval.split,
-                   cfg.world, cfg.tasks, cfg.oolong, cfg.deepdive)  # fmt: skip
+        return cls(cfg.suite, cfg.agent, cfg.sandbox, cfg.policy, cfg.judge, cfg.rollout.split, cfg.eval.split,
+                   cfg.tasks.seed)  # fmt: skip
 
 
 class Suite(ABC):
@@ -204,9 +194,9 @@ class Suite(ABC):
         return list(cls.profile)
 
     @classmethod
-    def check(cls, cfg: RunConfig, args: Any) -> None:
-        """Rules between the suite's arguments and the rest of the configuration, checked at load
-        (`rao train --check`); raise ValueError with one line naming the key."""
+    def check(cls, ctx: SuiteContext, args: Any) -> None:
+        """Rules between the suite's arguments and what it sees of the run, checked at load (`rao
+        train --check`); raise ValueError with one line naming the key."""
         return None
 
     @abstractmethod

@@ -40,13 +40,14 @@ def check_expert(cls: type[Suite], policy: PolicyConfig, warmstart: WarmStartCon
         )
 
 
-def unused_settings(cls: type[Suite], cfg: RunConfig) -> list[str]:
-    """Warnings, one line each: suite-specific settings changed from their default that this
-    suite does not read (Suite.reads)."""
+def unused_settings(cls: type[Suite], policy: PolicyConfig, warmstart: WarmStartConfig) -> list[str]:
+    """Warnings, one line each: suite-specific settings (of policy.* and warmstart.*) changed from
+    their default that this suite does not read (Suite.reads)."""
     out = []
+    sections = {"policy": policy, "warmstart": warmstart}
     for key in SUITE_SPECIFIC:
         section, name = key.split(".")
-        owner = getattr(cfg, section)
+        owner = sections[section]
         field = type(owner).__pydantic_fields__.get(name)
         if (
             key in cls.reads
@@ -118,7 +119,7 @@ def check_run(cfg: RunConfig, synthesize: bool = True) -> list[str]:
 
     suite = make_suite(cfg)
     check_expert(type(suite), cfg.policy, cfg.warmstart)
-    warnings = unused_settings(type(suite), cfg)
+    warnings = unused_settings(type(suite), cfg.policy, cfg.warmstart)
     run_data = cfg.layout.data(cfg.suite)
     if all((run_data / f).is_file() for f in suite.files):
         warnings += check_tasks(open_suite(cfg, run_data), cfg.rollout, cfg.eval, strict=synthesize)

@@ -27,7 +27,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field
 
-from rao_core.config import RunConfig
 from rao_core.envs.base import Environment, LaunchError, ScorerError, Suite, SuiteContext, success_value
 from rao_core.envs.registry import import_object
 from rao_core.store.files import atomic_write
@@ -236,9 +235,9 @@ class DatasetSuite(Suite):
         ]
 
     @classmethod
-    def check(cls, cfg: RunConfig, args: DatasetArgs) -> None:
+    def check(cls, ctx: SuiteContext, args: DatasetArgs) -> None:
         verifier(args)
-        if not args.verifier and cfg.judge.kind == "none":
+        if not args.verifier and ctx.judge.kind == "none":
             raise ValueError(
                 "suite_args.verifier: needed when judge.kind is none (nothing else can score the roots)"
             )

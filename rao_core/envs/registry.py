@@ -18,8 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from rao_core.config import EvalConfig, RolloutConfig, RunConfig, WarmStartConfig
-from rao_core.envs.base import Suite
+from rao_core.config import EvalConfig, RolloutConfig, WarmStartConfig
+from rao_core.envs.base import Suite, SuiteContext
 
 GROUP = "rao.suites"
 
@@ -83,26 +83,30 @@ def suite_args(cls: type[Suite], raw: dict[str, Any]) -> BaseModel | None:
         return cls.Args.model_validate(raw)
     except ValidationError as e:
         err = e.errors(include_url=False)[0]
-    key = ".".join(str(p) for p in err["loc"])
+    key = ".".join(
+        ["suite_args", *(str(p) for p in err["loc"] if p != "[key]")]
+    )  # pydantic's tag of a dict key
     if err["type"] == "missing":
-        raise SuiteError(f"suite_args.{key}: required by {cls.__name__}")
+        raise SuiteError(f"{key}: required by {cls.__name__}")
     if err["type"] == "extra_forbidden":
         known = ", ".join(cls.Args.model_fields)
-        raise SuiteError(f"suite_args.{key}: not a setting of {cls.__name__} (it has: {known})")
-    raise SuiteError(f"suite_args.{key}: {err.get('input')!r}: {err['msg']}")
+        raise SuiteError(f"{key}: not a setting of {cls.__name__} (it has: {known})")
+    # the model's own rule (a validator's ValueError): its message, without pydantic's prefix
+    why = err["ctx"]["error"] if err["type"] == "value_error" else err["msg"][0].lower() + err["msg"][1:]
+    raise SuiteError(f"{key}: {err.get('input')!r}: {why}")
 
 
-def check_suite(cls: type[Suite], args: Any, cfg: RunConfig) -> None:
-    """The splits and difficulties the configuration uses are ones the suite declares, and the
-    suite's own rules hold (Suite.check)."""
+def check_suite(cls: type[Suite], args: Any, ctx: SuiteContext, labels: dict[str, list[str]]) -> None:
+    """The splits and difficulties the run uses (`labels`, from labels_used) are ones the suite
+    declares, and the suite's own rules hold (Suite.check)."""
     try:
         splits, difficulties = cls.labels(args)
-        cls.check(cfg, args)
+        cls.check(ctx, args)
     except SuiteError:
         raise
     except ValueError as e:
         raise SuiteError(str(e)) from None
-    for key, values in labels_used(cfg.rollout, cfg.eval, cfg.warmstart).items():
+    for key, values in labels.items():
         allowed = splits if key.endswith("split") else difficulties
         bad = [v for v in values if v not in allowed]
         if bad:

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from rao_core.config import RunConfig
+from rao_core.envs.args import DeepDiveArgs, OolongArgs, SmallArgs, TextCraftArgs
 from rao_core.envs.base import SUITE_SPECIFIC, Environment, Suite, SuiteContext
-from rao_core.envs.registry import check_suite, suite_args, suite_class
+from rao_core.envs.registry import check_suite, labels_used, suite_args, suite_class
 from rao_core.policy import Policy
 
 # TextCraft-Synth's small profile is the embedded default (the defaults in rao_core/config). The
@@ -34,6 +35,7 @@ REFERENCE_PROFILE: dict[str, dict] = {
 class TextCraftData(Suite):
     """TextCraft-Synth, reference profile: one world per run, the paper's tools."""
 
+    Args = TextCraftArgs
     files = ("world.json", "train.parquet", "val.parquet")
     profile = (REFERENCE_PROFILE,)
     reads = frozenset({"policy.error_rate"})
@@ -41,8 +43,7 @@ class TextCraftData(Suite):
     def synthesize(self, out: Path) -> None:
         from rao_core.envs.textcraft import synthesize
 
-        ctx = self.ctx
-        synthesize(ctx.world, ctx.tasks, out)
+        synthesize(self.args, self.ctx.task_seed, out)
 
     def open(self, data_dir: Path) -> None:
         from rao_core.envs.textcraft import World
@@ -72,14 +73,14 @@ class TextCraftData(Suite):
 class TextCraftSmallData(Suite):
     """TextCraft-Synth, small-model profile: a fresh tiny world per task, one-name actions."""
 
+    Args = SmallArgs
     reads = frozenset(SUITE_SPECIFIC)
 
     def synthesize(self, out: Path) -> None:
         from rao_core.envs.textcraft.small import make_small_tasks, write_small_tasks
 
-        ctx = self.ctx
         for split in ("train", "val"):
-            tasks = make_small_tasks(ctx.tasks.small_tasks_per_difficulty, split, seed=ctx.tasks.seed)
+            tasks = make_small_tasks(self.args.tasks_per_difficulty, split, seed=self.ctx.task_seed)
             write_small_tasks(tasks, out / f"{split}.parquet")
 
     def tasks(self, split: str) -> list[Any]:
@@ -121,16 +122,16 @@ class TextCraftSmallData(Suite):
 
 class OolongData(Suite):
     """Oolong-style long-context aggregation: synthetic session transcripts by length bucket (val:
-    the real oolong-real rows when oolong.real_path is set), the chunk-and-delegate expert."""
+    the real oolong-real rows when suite_args.real_path is set), the chunk-and-delegate expert."""
 
+    Args = OolongArgs
     profile = (REFERENCE_PROFILE, {"scoring": {"lam": 0.4}, "agent": {"max_depth": 2}})
     reads = frozenset({"policy.error_rate"})
 
     def synthesize(self, out: Path) -> None:
         from rao_core.envs.oolong import synthesize
 
-        ctx = self.ctx
-        synthesize(ctx.oolong, out)
+        synthesize(self.args, out)
 
     def tasks(self, split: str) -> list[Any]:
         from rao_core.envs.oolong import load_tasks
@@ -148,15 +149,16 @@ class OolongData(Suite):
         ctx = self.ctx
         a = ctx.agent
         return OolongExpert(
-            ctx.oolong.chunk_chars, a.max_children, a.max_steps, ctx.policy.error_rate, ctx.policy.latency_s,
+            self.args.chunk_chars, a.max_children, a.max_steps, ctx.policy.error_rate, ctx.policy.latency_s,
             reply_format=a.reply_format,
         )  # fmt: skip
 
 
 class DeepDiveData(Suite):
     """DeepDive-style deep search: a seeded knowledge graph as a local web (BM25 search), multi-hop
-    questions by hops (or the real rows from deepdive.real_path), the hop-by-hop expert."""
+    questions by hops (or the real rows from suite_args.real_path), the hop-by-hop expert."""
 
+    Args = DeepDiveArgs
     files = ("settings.json", "graph.json", "pages.parquet", "train.parquet", "val.parquet")
     profile = (REFERENCE_PROFILE, {"agent": {"max_depth": 4}})
     reads = frozenset({"policy.error_rate"})
@@ -164,8 +166,7 @@ class DeepDiveData(Suite):
     def synthesize(self, out: Path) -> None:
         from rao_core.envs.deepdive import synthesize
 
-        ctx = self.ctx
-        synthesize(ctx.deepdive, out)
+        synthesize(self.args, out)
 
     def open(self, data_dir: Path) -> None:
         from rao_core.envs.deepdive import open_world
@@ -197,8 +198,9 @@ def make_suite(cfg: RunConfig) -> Suite:
     (SuiteError, one line)."""
     cls = suite_class(cfg.suite)
     args = suite_args(cls, cfg.suite_args)
-    check_suite(cls, args, cfg)
-    return cls(SuiteContext.of(cfg), args)
+    ctx = SuiteContext.of(cfg)
+    check_suite(cls, args, ctx, labels_used(cfg.rollout, cfg.eval, cfg.warmstart))
+    return cls(ctx, args)
 
 
 def open_suite(cfg: RunConfig, data_dir: Path | None = None) -> Suite:

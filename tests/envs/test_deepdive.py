@@ -4,7 +4,6 @@ the scripted expert solves its questions end to end through rollout, scoring and
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import json
 from pathlib import Path
@@ -13,7 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rao_core.config import ConfigError, DeepDiveConfig
+from rao_core.config import ConfigError
+from rao_core.envs.args import DeepDiveArgs
 from rao_core.envs.base import LaunchError
 from rao_core.envs.deepdive import (
     HOPS,
@@ -37,22 +37,26 @@ from rao_core.envs.deepdive.expert import attribute_query
 from rao_core.envs.deepdive.search import SearchBackend
 from tests.conftest import toy_config
 
-SMALL = DeepDiveConfig(seed=3, people=60, organisations=24, places=20, works=40, questions_per_difficulty=12)
+SMALL = DeepDiveArgs(seed=3, people=60, organisations=24, places=20, works=40, questions_per_difficulty=12)
+
+
+def with_(args: DeepDiveArgs, **changes) -> DeepDiveArgs:
+    return DeepDiveArgs.model_validate(args.model_dump() | changes)
 
 
 @pytest.fixture(scope="module")
 def graph():
-    return generate_graph(DeepDiveConfig())
+    return generate_graph(DeepDiveArgs())
 
 
 @pytest.fixture(scope="module")
 def pages(graph):
-    return render_corpus(graph, DeepDiveConfig().seed)
+    return render_corpus(graph, DeepDiveArgs().seed)
 
 
 @pytest.fixture(scope="module")
 def tasks(graph):
-    return make_tasks(graph, DeepDiveConfig())
+    return make_tasks(graph, DeepDiveArgs())
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +71,11 @@ def world(graph, backend):
 
 # --- graph, corpus, questions ---------------------------------------------------------------------
 def test_same_seed_same_graph_corpus_and_questions(graph, pages, tasks):
-    cfg = DeepDiveConfig()
+    cfg = DeepDiveArgs()
     assert generate_graph(cfg).to_json() == graph.to_json()
     assert render_corpus(generate_graph(cfg), cfg.seed) == pages
     assert make_tasks(generate_graph(cfg), cfg) == tasks
-    other = dataclasses.replace(cfg, seed=1)
+    other = with_(cfg, seed=1)
     assert generate_graph(other).to_json() != graph.to_json()
 
 
@@ -191,7 +195,7 @@ def test_search_results_are_ranked_and_deterministic(backend):
 
 # --- tools ------------------------------------------------------------------------------------------
 def test_tool_signatures_match_the_reference(world):
-    tools = env_from_task(world, make_tasks(world.graph, DeepDiveConfig())[0]).tools()
+    tools = env_from_task(world, make_tasks(world.graph, DeepDiveArgs())[0]).tools()
     assert set(tools) == {"search_web", "view_webpage_content"}
     params = inspect.signature(tools["search_web"]).parameters
     assert list(params)[:2] == ["query", "max_results"]
@@ -237,7 +241,7 @@ def test_view_webpage_content_truncates_and_reads_on(pages, backend):
 def test_backend_plug_in(pages):
     b = load_backend("tests.envs.test_deepdive:echo_backend", pages, SMALL)
     assert isinstance(b, SearchBackend) and WebTools(b).search_web("x")[0]["title"] == "echo: x"
-    with pytest.raises(ValueError, match="deepdive.backend"):
+    with pytest.raises(ValueError, match="suite_args.backend"):
         load_backend("nonsense", pages)
     with pytest.raises(ValueError, match="did not return a SearchBackend"):
         load_backend("tests.envs.test_deepdive:not_a_backend", pages)
@@ -323,16 +327,16 @@ def test_real_loader_reads_the_hub_layout_jsonl_and_json(tmp_path):
     folder.mkdir(parents=True)
     pq.write_table(pa.Table.from_pylist(real_rows(10)), folder / "qa_rl-00000-of-00001.parquet")
     pq.write_table(pa.Table.from_pylist(real_rows(3)), folder / "qa_sft-00000-of-00001.parquet")
-    tasks = load_real(dataclasses.replace(SMALL, real_path=str(tmp_path / "DeepDive")))
+    tasks = load_real(with_(SMALL, real_path=str(tmp_path / "DeepDive")))
     assert len(tasks) == 10 and {t.split for t in tasks} == {"train", "val"}
     assert sum(t.split == "val" for t in tasks) == 2 and tasks[4].answer == "River 4"
     assert tasks[4].task_id == "ddr-4" and tasks[4].source == "real" and tasks[4].difficulty == "hard"
-    sft = load_real(dataclasses.replace(SMALL, real_path=str(tmp_path / "DeepDive"), real_split="qa_sft"))
+    sft = load_real(with_(SMALL, real_path=str(tmp_path / "DeepDive"), real_split="qa_sft"))
     assert len(sft) == 3
     (tmp_path / "q.jsonl").write_text("\n".join(json.dumps(r) for r in real_rows(4)))
     (tmp_path / "q.json").write_text(json.dumps({"data": real_rows(5)}))
-    assert len(load_real(dataclasses.replace(SMALL, real_path=str(tmp_path / "q.jsonl")))) == 4
-    assert len(load_real(dataclasses.replace(SMALL, real_path=str(tmp_path / "q.json")))) == 5
+    assert len(load_real(with_(SMALL, real_path=str(tmp_path / "q.jsonl")))) == 4
+    assert len(load_real(with_(SMALL, real_path=str(tmp_path / "q.json")))) == 5
 
 
 @pytest.mark.parametrize(
@@ -353,13 +357,13 @@ def test_real_loader_errors_are_one_line(tmp_path, content, match):
         path = tmp_path / content
         path.write_text({"q.csv": "a,b\n", "bad.jsonl": "{nope\n", "fields.jsonl": '{"q": 1}\n'}[content])
     with pytest.raises(ConfigError, match=match) as e:
-        load_real(dataclasses.replace(SMALL, real_path=str(path)))
-    assert str(e.value).startswith("deepdive.real_path:") and "\n" not in str(e.value)
+        load_real(with_(SMALL, real_path=str(path)))
+    assert str(e.value).startswith("suite_args.real_path:") and "\n" not in str(e.value)
 
 
 def test_real_questions_become_judged_roots(tmp_path):
     (tmp_path / "q.jsonl").write_text("\n".join(json.dumps(r) for r in real_rows(6)))
-    cfg = dataclasses.replace(SMALL, real_path=str(tmp_path / "q.jsonl"))
+    cfg = with_(SMALL, real_path=str(tmp_path / "q.jsonl"))
     synthesize(cfg, tmp_path / "data")
     from rao_core.envs.deepdive import load_tasks
 
@@ -376,12 +380,12 @@ def test_real_questions_become_judged_roots(tmp_path):
 # --- the scripted expert, end to end ------------------------------------------------------------
 DD = [
     "suite=deepdive",
-    "deepdive.seed=3",
-    "deepdive.people=60",
-    "deepdive.organisations=24",
-    "deepdive.places=20",
-    "deepdive.works=40",
-    "deepdive.questions_per_difficulty=12",
+    "suite_args.seed=3",
+    "suite_args.people=60",
+    "suite_args.organisations=24",
+    "suite_args.places=20",
+    "suite_args.works=40",
+    "suite_args.questions_per_difficulty=12",
     "agent.max_depth=4",
     "agent.max_context_tokens=40960",
     "agent.max_observation_chars=4000",
@@ -466,11 +470,11 @@ def test_config_file_and_field_errors():
 
     cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / "deepdive-synth.yaml")
     assert cfg.suite == "deepdive" and cfg.agent.max_depth == 4 and cfg.scoring.lam == 0.0
-    assert cfg.deepdive.page_chars < cfg.agent.max_observation_chars  # a page fits one observation
-    with pytest.raises(ConfigError, match="deepdive.people"):
-        load_config(overrides=["deepdive.people=2"])
-    with pytest.raises(ConfigError, match="deepdive.page_chars"):
-        load_config(overrides=["deepdive.page_chars=10"])
+    assert cfg.suite_args["page_chars"] < cfg.agent.max_observation_chars  # a page fits one observation
+    with pytest.raises(ConfigError, match="suite_args.people: 2: input should be greater"):
+        load_config(overrides=["suite=deepdive", "suite_args.people=2"])
+    with pytest.raises(ConfigError, match="suite_args.page_chars"):
+        load_config(overrides=["suite=deepdive", "suite_args.page_chars=10"])
 
 
 def test_expert_is_deterministic_per_node(tmp_path):

@@ -14,7 +14,8 @@ import pytest
 
 from rao_core.agent.parsing import get_format
 from rao_core.agent.prompts import system_prompt, user_prompt
-from rao_core.config import AgentConfig, ConfigError, OolongConfig
+from rao_core.config import AgentConfig, ConfigError
+from rao_core.envs.args import OolongArgs
 from rao_core.envs.base import LaunchError
 from rao_core.envs.oolong import (
     KINDS,
@@ -49,7 +50,7 @@ from rao_core.stages.rollout import roll_out
 from rao_core.store.parquet import read_partition
 
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = OolongConfig(tasks_per_difficulty=9, difficulty_tokens={"easy": [2048], "medium": [8192]})
+SMALL = OolongArgs(tasks_per_difficulty=9, difficulty_tokens={"easy": [2048], "medium": [8192]})
 
 
 # --- generator ------------------------------------------------------------------------------
@@ -142,7 +143,7 @@ def test_stored_tasks_carry_exact_answers_and_every_kind():
 
 
 def test_buckets_hit_their_target_sizes():
-    cfg = OolongConfig()
+    cfg = OolongArgs()
     for difficulty, sizes in cfg.difficulty_tokens.items():
         for tokens in sizes:
             target = bucket_chars(tokens, cfg)
@@ -275,7 +276,7 @@ REAL = [
 def test_real_loader_reads_jsonl_and_parquet(tmp_path):
     jsonl = tmp_path / "validation.jsonl"
     jsonl.write_text("\n".join(json.dumps(r) for r in REAL) + "\n")
-    tasks = load_real(jsonl, OolongConfig())
+    tasks = load_real(jsonl, OolongArgs())
     assert [t.answer for t in tasks] == [7, ["Vex", "Orin"], ["Hex", "Bless"], "Sam Riegel"]
     assert [t.question for t in tasks] == ["How many?", "Who?", "Spell?", "Name?"]
     assert tasks[0].context == REAL[0]["context_window_text"] and {t.split for t in tasks} == {"val"}
@@ -284,8 +285,8 @@ def test_real_loader_reads_jsonl_and_parquet(tmp_path):
     folder.mkdir()
     pq.write_table(pa.Table.from_pylist([REAL[0], REAL[2]]), folder / "test-00000.parquet")
     pq.write_table(pa.Table.from_pylist([REAL[3]]), folder / "test-00001.parquet")
-    assert [t.answer for t in load_real(folder, OolongConfig())] == [7, ["Hex", "Bless"], "Sam Riegel"]
-    cfg = OolongConfig(tasks_per_difficulty=1, difficulty_tokens={"easy": [1024]}, real_path=str(jsonl))
+    assert [t.answer for t in load_real(folder, OolongArgs())] == [7, ["Hex", "Bless"], "Sam Riegel"]
+    cfg = OolongArgs(tasks_per_difficulty=1, difficulty_tokens={"easy": [1024]}, real_path=str(jsonl))
     synthesize(cfg, tmp_path / "data")  # the real rows become the val split, train stays synthetic
     val, train = (
         load_tasks(tmp_path / "data" / "val.parquet"),
@@ -308,8 +309,8 @@ def test_real_loader_fails_with_one_line(tmp_path):
     ]
     for path, why in cases:
         with pytest.raises(ConfigError, match=why) as e:
-            load_real(path, OolongConfig())
-        assert str(e.value).startswith("oolong.real_path: ") and "\n" not in str(e.value)
+            load_real(path, OolongArgs())
+        assert str(e.value).startswith("suite_args.real_path: ") and "\n" not in str(e.value)
 
 
 # --- config ---------------------------------------------------------------------------------
@@ -321,13 +322,15 @@ def test_suite_defaults_and_shipped_config():
     assert load_config().scoring.lam == 0.0  # other suites keep the global defaults
     shipped = load_config(ROOT / "configs" / "oolong-synth.yaml")
     assert shipped.suite == "oolong" and (shipped.scoring.lam, shipped.agent.max_depth) == (0.4, 2)
-    with pytest.raises(ConfigError, match="oolong.difficulty_tokens.tiny: 'tiny': input should be 'easy'"):
-        load_config(overrides=["oolong.difficulty_tokens={tiny: [1000]}"])
+    with pytest.raises(
+        ConfigError, match="suite_args.difficulty_tokens.tiny: 'tiny': input should be 'easy'"
+    ):
+        load_config(overrides=["suite=oolong", "suite_args.difficulty_tokens={tiny: [1000]}"])
     with pytest.raises(
         ConfigError,
-        match=r"oolong.difficulty_tokens.easy\[0\]: 100: input should be greater than or equal to 256",
+        match=r"suite_args.difficulty_tokens.easy.0: 100: input should be greater than or equal to 256",
     ):
-        load_config(overrides=["oolong.difficulty_tokens={easy: [100]}"])
+        load_config(overrides=["suite=oolong", "suite_args.difficulty_tokens={easy: [100]}"])
 
 
 # --- end to end -----------------------------------------------------------------------------
@@ -339,9 +342,9 @@ E2E = [
     "agent.reply_format=thought_python",
     "agent.max_context_tokens=16384",
     "agent.cell_timeout_s=10",
-    "oolong.tasks_per_difficulty=3",
-    "oolong.difficulty_tokens={easy: [2048], medium: [4096]}",
-    "oolong.chunk_chars=2500",
+    "suite_args.tasks_per_difficulty=3",
+    "suite_args.difficulty_tokens={easy: [2048], medium: [4096]}",
+    "suite_args.chunk_chars=2500",
     "rollout.difficulty=easy,medium",
     "rollout.num_tasks=3",
     "rollout.group_size=2",

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rao_core.config import TaskConfig, WorldConfig
+from rao_core.envs.args import TextCraftArgs
 from rao_core.envs.base import LaunchError
 from rao_core.envs.textcraft import (
     Inventory,
@@ -18,7 +18,7 @@ from rao_core.envs.textcraft import (
     make_tasks,
 )
 
-TOY = WorldConfig(seed=1, domains=2, max_tier=6, items_per_tier=6, cross_domain_items=0)
+TOY = TextCraftArgs(world_seed=1, domains=2, max_tier=6, items_per_tier=6, cross_domain_items=0)
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +190,7 @@ def test_fork_rejects_bad_context(setup):
 
 
 def test_goal_docs_and_task_env(world: World):
-    task = make_tasks(world, TaskConfig(seed=0, tasks_per_item=1))[-1]
+    task = make_tasks(world, TextCraftArgs(tasks_per_item=1), 0)[-1]
     env = env_from_task(world, task)
     assert env.suite == "textcraft" and env.targets() == {task.target: task.count}
     assert env.goal_text() == f"Craft {task.count} {task.target}."
@@ -207,7 +207,7 @@ def test_goal_docs_and_task_env(world: World):
 
 def test_gold_plan_through_the_tools(world: World):
     """Executing each gold plan with craft() reaches success: the tools and the solver agree."""
-    for task in make_tasks(world, TaskConfig(seed=2, tasks_per_item=1, max_count=3)):
+    for task in make_tasks(world, TextCraftArgs(tasks_per_item=1, max_count=3), 2):
         env = env_from_task(world, task)
         for name, n in task.gold_plan:
             r = world.items[name].recipe

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from rao_core.config import TaskConfig, WorldConfig
+from rao_core.envs.args import TextCraftArgs
 from rao_core.envs.base import select_tasks
 from rao_core.envs.textcraft import (
     World,
@@ -23,8 +23,8 @@ from rao_core.envs.textcraft import (
 )
 from rao_core.envs.textcraft.tasks import DIFFICULTIES
 
-TOY = WorldConfig(seed=1, domains=2, max_tier=6, items_per_tier=6, cross_domain_items=0)
-TALL = WorldConfig(seed=3, domains=3, max_tier=12, items_per_tier=5, cross_domain_items=4)
+TOY = TextCraftArgs(world_seed=1, domains=2, max_tier=6, items_per_tier=6, cross_domain_items=0)
+TALL = TextCraftArgs(world_seed=3, domains=3, max_tier=12, items_per_tier=5, cross_domain_items=4)
 
 
 @pytest.fixture(scope="module")
@@ -39,13 +39,13 @@ def tall() -> World:
 
 @pytest.fixture(scope="module")
 def toy_tasks(toy: World):
-    return make_tasks(toy, TaskConfig(seed=0, tasks_per_item=2, max_count=3))
+    return make_tasks(toy, TextCraftArgs(tasks_per_item=2, max_count=3), 0)
 
 
 # --- world -------------------------------------------------------------------------------------
 def test_deterministic_by_seed():
     assert generate_world(TOY).to_json() == generate_world(TOY).to_json()
-    other = WorldConfig(seed=2, domains=2, max_tier=6, items_per_tier=6, cross_domain_items=0)
+    other = TextCraftArgs(world_seed=2, domains=2, max_tier=6, items_per_tier=6, cross_domain_items=0)
     assert generate_world(other).to_json() != generate_world(TOY).to_json()
 
 
@@ -97,7 +97,7 @@ def test_json_round_trip(tall: World):
 
 def test_reference_size_world():
     start = time.perf_counter()
-    world = generate_world(WorldConfig())
+    world = generate_world(TextCraftArgs())
     elapsed = time.perf_counter() - start
     assert 1300 <= len(world.items) <= 1600, len(world.items)
     assert world.max_tier == 12 and len(world.items_at_tier(0)) == 125
@@ -174,8 +174,8 @@ def test_split_by_item(toy: World, toy_tasks):
 
 
 def test_inventory_composition(toy: World):
-    cfg = TaskConfig(seed=5, distractors=[2, 3], buffer_max=0.5)
-    for task in make_tasks(toy, cfg):
+    cfg = TextCraftArgs(distractors=[2, 3], buffer_max=0.5)
+    for task in make_tasks(toy, cfg, 5):
         shared = base_needs(toy, {task.target: task.count})
         needs = tree_needs(toy, {task.target: task.count})
         assert set(needs) == set(shared)
@@ -187,9 +187,9 @@ def test_inventory_composition(toy: World):
 
 
 def test_make_tasks_deterministic(toy: World, toy_tasks):
-    again = make_tasks(toy, TaskConfig(seed=0, tasks_per_item=2, max_count=3))
+    again = make_tasks(toy, TextCraftArgs(tasks_per_item=2, max_count=3), 0)
     assert again == toy_tasks
-    assert make_tasks(toy, TaskConfig(seed=1, tasks_per_item=2, max_count=3)) != toy_tasks
+    assert make_tasks(toy, TextCraftArgs(tasks_per_item=2, max_count=3), 1) != toy_tasks
 
 
 def test_parquet_round_trip_and_datasets(tmp_path, toy_tasks):
@@ -205,7 +205,7 @@ def test_parquet_round_trip_and_datasets(tmp_path, toy_tasks):
 
 
 def test_synthesize_and_select(tmp_path, toy: World):
-    paths = synthesize(TOY, TaskConfig(), tmp_path / "data")
+    paths = synthesize(TOY, 0, tmp_path / "data")
     assert set(paths) == {"world", "train", "val"} and all(p.is_file() for p in paths.values())
     assert World.from_json(paths["world"].read_text()).to_json() == toy.to_json()
     assert not [p for p in (tmp_path / "data").iterdir() if p.name.startswith(".tmp")]

@@ -128,7 +128,7 @@ def test_the_memory_plan_against_the_measured_training_peak(tmp_path):
         over += [f"train.max_tokens_per_microbatch={BUDGET}", f"train.fused_adamw={str(fused).lower()}"]
         cfg = load_config(overrides=[f"runs_dir={tmp_path}", f"policy.model={folder}", *over])
         found = memory.devices()
-        plan = memory.plan(cfg, folder, found)
+        plan = memory.plan(cfg.train, cfg.policy, folder, found)
         plans[fused] = plan.total("train")
         peaks[fused] = measured_peak_gib(folder, cfg, rows)
         print(memory.table(plan, found), f"\nmeasured peak {peaks[fused]:.2f} GiB")

@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from rao_core.config import DeepDiveConfig
+from rao_core.envs.args import DeepDiveArgs
 
 KINDS = ("person", "organisation", "place", "work")
 
@@ -211,7 +211,7 @@ def _ghost_name(e: Entity, names: _Names, rng: random.Random) -> str:
     return names.take(lambda: " ".join(words[:-1] + [rng.choice(_NOUN)]))
 
 
-def generate_graph(cfg: DeepDiveConfig) -> Graph:
+def generate_graph(cfg: DeepDiveArgs) -> Graph:
     """Entities, attributes and relations from `cfg.seed` alone (same seed, same graph)."""
     rng = random.Random(f"deepdive-graph:{cfg.seed}")
     names = _Names(rng)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rao_core.config import DeepDiveConfig
+from rao_core.envs.args import DeepDiveArgs
 from rao_core.envs.deepdive.graph import RELATIONS, Entity, Graph
 
 HOPS = {"easy": 1, "medium": 2, "hard": 3, "extreme": 4}
@@ -113,14 +113,14 @@ def question_text(description: str, relations: list[str]) -> str:
     return f"What is the name of {phrase(description, relations)}? Answer with the name only."
 
 
-def split_starts(starts: list[str], cfg: DeepDiveConfig) -> dict[str, str]:
+def split_starts(starts: list[str], cfg: DeepDiveArgs) -> dict[str, str]:
     order = sorted(starts)
     random.Random(f"deepdive-split:{cfg.seed}").shuffle(order)
     n_val = max(1, round(cfg.val_fraction * len(order)))
     return {eid: "val" if i < n_val else "train" for i, eid in enumerate(order)}
 
 
-def make_tasks(g: Graph, cfg: DeepDiveConfig) -> list[Task]:
+def make_tasks(g: Graph, cfg: DeepDiveArgs) -> list[Task]:
     """cfg.questions_per_difficulty distinct walks per hop count (fewer only if the graph runs out)."""
     rng = random.Random(f"deepdive-questions:{cfg.seed}")
     starts = {e.id: d for e in g.entities.values() if e.ghost_of is None and (d := describe(g, e))}

@@ -30,7 +30,7 @@ def tokenize(text: str) -> list[str]:
 @runtime_checkable
 class SearchBackend(Protocol):
     """What `search_web` and `view_webpage_content` need. A real web backend (an HTTP search API
-    plus a page fetcher) implements these two methods and is named in `deepdive.backend`."""
+    plus a page fetcher) implements these two methods and is named in `suite_args.backend`."""
 
     def search(self, query: str, max_results: int) -> list[dict[str, str]]:
         """Ranked results, best first: [{"title", "url", "snippet"}, ...] (may be empty)."""
@@ -90,13 +90,13 @@ class BM25Backend:
 
 
 def load_backend(spec: str, pages: list[Page], cfg=None) -> SearchBackend:
-    """`bm25` (the local corpus) or `package.module:factory`, called with the DeepDiveConfig."""
+    """`bm25` (the local corpus) or `package.module:factory`, called with the DeepDiveArgs."""
     if spec == "bm25":
         return BM25Backend(pages)
     module, sep, name = spec.partition(":")
     if not sep:
-        raise ValueError(f"deepdive.backend: expected 'bm25' or 'module:factory', got {spec!r}")
+        raise ValueError(f"suite_args.backend: expected 'bm25' or 'module:factory', got {spec!r}")
     backend = getattr(importlib.import_module(module), name)(cfg)
     if not isinstance(backend, SearchBackend):
-        raise ValueError(f"deepdive.backend: {spec} did not return a SearchBackend (search + fetch)")
+        raise ValueError(f"suite_args.backend: {spec} did not return a SearchBackend (search + fetch)")
     return backend

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rao_core.config import OolongConfig
+from rao_core.envs.args import OolongArgs
 from rao_core.envs.oolong.real import load_real
 from rao_core.envs.oolong.tasks import make_tasks, write_tasks
 
 
-def synthesize(cfg: OolongConfig, out: Path) -> None:
-    """train.parquet and val.parquet; with oolong.real_path, val holds the real rows instead."""
+def synthesize(cfg: OolongArgs, out: Path) -> None:
+    """train.parquet and val.parquet; with suite_args.real_path, val holds the real rows instead."""
     write_tasks(make_tasks(cfg, "train"), out / "train.parquet")
     if cfg.real_path:
         val = load_real(Path(cfg.real_path), cfg)

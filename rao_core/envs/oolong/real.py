@@ -18,7 +18,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from rao_core.config import ConfigError, OolongConfig
+from rao_core.config import ConfigError
+from rao_core.envs.args import OolongArgs
 from rao_core.envs.oolong.tasks import Task
 
 FIELDS = ("context_window_text", "question", "answer")
@@ -26,7 +27,7 @@ SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
 def _fail(why: str) -> ConfigError:
-    return ConfigError(f"oolong.real_path: {why}")
+    return ConfigError(f"suite_args.real_path: {why}")
 
 
 def _read(path: Path) -> list[dict]:
@@ -58,7 +59,7 @@ def parse_answer(value: Any) -> Any:
     return text
 
 
-def difficulty_of(chars: int, cfg: OolongConfig) -> tuple[str, int]:
+def difficulty_of(chars: int, cfg: OolongArgs) -> tuple[str, int]:
     """(difficulty, estimated tokens): the configured bucket nearest to the length, in log ratio."""
     tokens = max(1, round(chars / cfg.chars_per_token))
     pairs = [(d, n) for d, sizes in cfg.difficulty_tokens.items() for n in sizes]
@@ -66,7 +67,7 @@ def difficulty_of(chars: int, cfg: OolongConfig) -> tuple[str, int]:
     return difficulty, tokens
 
 
-def load_real(path: Path, cfg: OolongConfig) -> list[Task]:
+def load_real(path: Path, cfg: OolongArgs) -> list[Task]:
     """Every row of the file or folder as a val task."""
     if not path.exists():
         raise _fail(f"{path} does not exist")

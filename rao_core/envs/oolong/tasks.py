@@ -1,7 +1,7 @@
 """Oolong tasks: one transcript + one question each, by length bucket, stored as Parquet.
 
-Buckets are sizes in tokens (oolong.difficulty_tokens: easy 2K/4K, medium 8K/16K, hard 32K,
-extreme 64K by default), turned into characters with oolong.chars_per_token (4: the usual English
+Buckets are sizes in tokens (suite_args.difficulty_tokens: easy 2K/4K, medium 8K/16K, hard 32K,
+extreme 64K by default), turned into characters with suite_args.chars_per_token (4: the usual English
 BPE average), so a difficulty means "this much text to aggregate", the way the reference's
 55K/118K/175K-token buckets do. Train and val tasks come from disjoint seed streams, so no
 validation transcript is ever seen in training. The transcript is stored with the task.
@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rao_core.config import OolongConfig
+from rao_core.envs.args import OolongArgs
 from rao_core.envs.oolong.questions import KINDS, make_question
 from rao_core.envs.oolong.transcript import generate
 from rao_core.store.files import atomic_write
@@ -39,11 +39,11 @@ class Task:
     context: str
 
 
-def bucket_chars(tokens: int, cfg: OolongConfig) -> int:
+def bucket_chars(tokens: int, cfg: OolongArgs) -> int:
     return int(tokens * cfg.chars_per_token)
 
 
-def make_tasks(cfg: OolongConfig, split: str) -> list[Task]:
+def make_tasks(cfg: OolongArgs, split: str) -> list[Task]:
     """cfg.tasks_per_difficulty tasks per difficulty, cycling over its buckets and question kinds."""
     tasks = []
     for difficulty, buckets in cfg.difficulty_tokens.items():

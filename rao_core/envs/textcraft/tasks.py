@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rao_core.config import TaskConfig, WorldConfig
+from rao_core.envs.args import TextCraftArgs
 from rao_core.envs.textcraft.solver import simulate, solve, tree_needs
 from rao_core.envs.textcraft.world import World, generate_world
 from rao_core.store.files import atomic_write
@@ -57,9 +57,9 @@ def difficulty_of(tier: int) -> str | None:
     return None
 
 
-def split_items(world: World, cfg: TaskConfig) -> dict[str, str]:
+def split_items(world: World, cfg: TextCraftArgs, seed: int) -> dict[str, str]:
     """item -> "train" | "val": cfg.val_fraction of each tier's items (at least one) go to val."""
-    rng = random.Random(f"split:{cfg.seed}")
+    rng = random.Random(f"split:{seed}")
     split: dict[str, str] = {}
     for tier in range(1, world.max_tier + 1):
         names = sorted(world.items_at_tier(tier))
@@ -70,7 +70,7 @@ def split_items(world: World, cfg: TaskConfig) -> dict[str, str]:
     return split
 
 
-def make_inventory(world: World, target: str, count: int, cfg: TaskConfig, rng: random.Random) -> dict:
+def make_inventory(world: World, target: str, count: int, cfg: TextCraftArgs, rng: random.Random) -> dict:
     """Base needs (sized for independent sub-agents, see tree_needs), each plus ceil(need * U(0,
     buffer_max)), plus unneeded distractor bases."""
     needs = tree_needs(world, {target: count})
@@ -82,16 +82,17 @@ def make_inventory(world: World, target: str, count: int, cfg: TaskConfig, rng: 
     return inv
 
 
-def make_tasks(world: World, cfg: TaskConfig) -> list[Task]:
-    """cfg.tasks_per_item tasks per craftable item whose tier has a difficulty; deterministic."""
-    split = split_items(world, cfg)
+def make_tasks(world: World, cfg: TextCraftArgs, seed: int = 0) -> list[Task]:
+    """cfg.tasks_per_item tasks per craftable item whose tier has a difficulty; deterministic in
+    `seed` (the run's tasks.seed)."""
+    split = split_items(world, cfg, seed)
     tasks = []
     for tier in range(2, world.max_tier + 1):
         difficulty = difficulty_of(tier)
         if difficulty is None:
             continue
         for target in world.items_at_tier(tier):
-            rng = random.Random(f"task:{cfg.seed}:{target}")  # per item, so tasks don't shift
+            rng = random.Random(f"task:{seed}:{target}")  # per item, so tasks don't shift
             for k in range(cfg.tasks_per_item):
                 count = rng.randint(1, cfg.max_count)
                 inv = make_inventory(world, target, count, cfg, rng)
@@ -144,11 +145,12 @@ def load_tasks(path: str | Path) -> list[Task]:
     ]
 
 
-def synthesize(world_cfg: WorldConfig, task_cfg: TaskConfig, out_dir: str | Path) -> dict[str, Path]:
-    """Generate the world and its tasks; write world.json, train.parquet, val.parquet."""
+def synthesize(cfg: TextCraftArgs, seed: int, out_dir: str | Path) -> dict[str, Path]:
+    """Generate the world and its tasks (seeded by the run's tasks.seed); write world.json,
+    train.parquet, val.parquet."""
     out_dir = Path(out_dir)
-    world = generate_world(world_cfg)
-    tasks = make_tasks(world, task_cfg)
+    world = generate_world(cfg)
+    tasks = make_tasks(world, cfg, seed)
     paths = {"world": out_dir / "world.json"}
     atomic_write(paths["world"], lambda tmp: tmp.write_text(world.to_json()))
     for split in ("train", "val"):

@@ -11,7 +11,7 @@ import json
 import random
 from dataclasses import dataclass
 
-from rao_core.config import WorldConfig
+from rao_core.envs.args import TextCraftArgs
 
 DOMAINS = ("metal", "crystal", "organic", "arcane", "tech")
 CROSS_MIN_TIER = 10
@@ -152,9 +152,10 @@ def _pick_ingredients(
     return {name: (rng.randint(1, 2) if tier <= 3 else 1) for name in chosen}
 
 
-def generate_world(cfg: WorldConfig) -> World:
-    """Build the world from cfg alone (random.Random(cfg.seed)), so a seed names a world."""
-    rng = random.Random(cfg.seed)
+def generate_world(cfg: TextCraftArgs) -> World:
+    """Build the world from cfg's world settings alone (random.Random(cfg.world_seed)), so a seed
+    names a world."""
+    rng = random.Random(cfg.world_seed)
     items: dict[str, Item] = {}
     pools: list[dict[int, list[str]]] = []
     for d, domain in enumerate(DOMAINS[: cfg.domains]):
