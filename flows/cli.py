@@ -308,13 +308,14 @@ def cmd_synth(args: argparse.Namespace) -> int:
 def cmd_config(args: argparse.Namespace) -> int:
     if args.explain is not None:  # every key (or a section's, or one) with default, rule and help
         from rao_core.config.explain import explain
+        from rao_core.envs.args import moved_hint
         from rao_core.envs.registry import suite_class
 
         cfg = load_config(args.config, args.overrides, check_files=False)  # the active suite's suite_args
         try:
             print(explain(args.explain or None, suite_class(cfg.suite).Args))
         except KeyError as e:
-            raise ConfigError(f"--explain: {e.args[0]}") from None
+            raise ConfigError(f"--explain: {moved_hint(args.explain) or e.args[0]}") from None
         return 0
     print(yaml.safe_dump(to_dict(load_config(args.config, args.overrides)), sort_keys=False), end="")
     return 0

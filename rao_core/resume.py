@@ -25,6 +25,7 @@ import yaml
 
 from rao_core.config import ConfigError, RunConfig, explain, save_config, to_dict
 from rao_core.config.loading import SECTIONS, migrate_file
+from rao_core.envs.args import migrate_suite_settings
 from rao_core.envs.registry import SuiteError, suite_args, suite_class
 from rao_core.layout import RunLayout
 
@@ -56,7 +57,7 @@ def comparable(data: dict) -> dict:
     """A configuration as today's, to compare: an older file migrated (a built-in suite's settings
     into its suite_args, config/loading.py), and suite_args with the suite's defaults filled in, so
     that no setting and its default are the same."""
-    data = migrate_file(data, data.get("suite"))
+    data = migrate_suite_settings(migrate_file(data), data.get("suite"))
     try:
         args = suite_args(suite_class(str(data.get("suite"))), data.get("suite_args") or {})
     except (SuiteError, TypeError):

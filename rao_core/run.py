@@ -21,6 +21,7 @@ from rao_core.checkpoints import Checkpoints, initial_model
 from rao_core.config import ConfigError, JudgeConfig, RunConfig, TrainConfig, WarmStartConfig, parse_override
 from rao_core.config.loading import MAPPINGS, build, merge_layers, migrate_file
 from rao_core.config.policy import PolicyConfig
+from rao_core.envs.args import migrate_suite_settings
 from rao_core.envs.base import SuiteContext
 from rao_core.envs.registry import (
     SuiteError,
@@ -116,7 +117,7 @@ def load_config(
             raise ConfigError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: top level must be a mapping")
-        layers.append(data)
+        layers.append(migrate_file(data))
     files = len(layers)
     layers += [parse_override(text) for text in overrides or []]
     for layer in layers:
@@ -124,7 +125,7 @@ def load_config(
             if key in MAPPINGS and not isinstance(value, dict):
                 raise ConfigError(f"{key}: {value!r}: expected a mapping of {key}.* fields")
     suite = next((layer["suite"] for layer in reversed(layers) if "suite" in layer), RunConfig().suite)
-    layers = [migrate_file(layer, suite, strict=i >= files) for i, layer in enumerate(layers)]
+    layers = [migrate_suite_settings(layer, suite, strict=i >= files) for i, layer in enumerate(layers)]
     raw_args: dict = {}
     for layer in layers:
         raw_args |= layer.get("suite_args", {})

@@ -11,7 +11,6 @@ from typing import Any
 
 from pydantic.fields import FieldInfo
 
-from rao_core.config.loading import MOVED_TO_SUITE_ARGS, RETIRED_SECTIONS
 from rao_core.config.policy import ENGINES, PolicyConfig
 from rao_core.config.sections import RunConfig
 
@@ -100,11 +99,6 @@ def explain(query: str | None = None, suite_args_model: Any = None) -> str:
     every = list(keys(suite_args_model))
     found = [k for k in every if not query or k.name == query or k.name.startswith(f"{query}.")]
     if not found:
-        owner = RETIRED_SECTIONS.get(query or "") or MOVED_TO_SUITE_ARGS.get(query or "", ("",))[0]
-        if owner:
-            raise KeyError(
-                f"{query!r}: moved into suite {owner}'s settings: rao config --explain suite_args --set suite={owner}"
-            )
         sections = sorted({k.name.split(".")[0] for k in every})
         raise KeyError(f"{query!r}: no such key or section (sections: {', '.join(sections)})")
     lines = []

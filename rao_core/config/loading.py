@@ -7,7 +7,6 @@ defaults, a YAML file, the overrides) is rao_core/run.py's `load_config`, above 
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -31,67 +30,15 @@ RETIRED = {
 }
 # Keys an older run folder's config.yaml holds that are now arguments: dropped when a file is read.
 MOVED_TO_ARGUMENTS = {"rollout": ("round", "policy_version")}
-# The built-in suites' settings that moved into their `suite_args` (rao_core/envs/args.py): old key
-# -> (the suite that reads it, its name in suite_args). tasks.seed stayed: it is the run's.
-_OOLONG = ("seed", "tasks_per_difficulty", "difficulty_tokens", "chars_per_token", "speakers", "chunk_chars",
-           "real_path")  # fmt: skip
-_DEEPDIVE = ("seed", "people", "organisations", "places", "works", "near_duplicates", "questions_per_difficulty",
-             "val_fraction", "max_results", "page_chars", "backend", "real_path", "real_split")  # fmt: skip
-MOVED_TO_SUITE_ARGS = {
-    "world.seed": ("textcraft", "world_seed"),
-    **{f"world.{k}": ("textcraft", k) for k in ("domains", "max_tier", "items_per_tier", "cross_domain_items")},
-    **{f"tasks.{k}": ("textcraft", k) for k in ("tasks_per_item", "max_count", "val_fraction", "buffer_max", "distractors")},
-    "tasks.small_tasks_per_difficulty": ("textcraft-small", "tasks_per_difficulty"),
-    **{f"oolong.{k}": ("oolong", k) for k in _OOLONG},
-    **{f"deepdive.{k}": ("deepdive", k) for k in _DEEPDIVE},
-}  # fmt: skip
-RETIRED_SECTIONS = {"world": "textcraft", "oolong": "oolong", "deepdive": "deepdive"}
 
 
-def migrate_file(data: dict, suite: object = None, strict: bool = False) -> dict:
-    """A configuration layer of an older version, as today's (as layout.py migrates an old run
-    folder): keys that became arguments dropped; a built-in suite's settings moved into
-    `suite_args` when `suite` is the run's suite, dropped otherwise (a saved config.yaml lists every
-    section). `strict` (a --set the user typed): an argument's key is left for RETIRED to refuse,
-    and a moved key the run's suite does not read, or an unknown one in a retired section, is a
-    ConfigError naming its new home."""
-    data = dict(data)
-    for section, keys in MOVED_TO_ARGUMENTS.items():  # a --set of them is refused (RETIRED)
-        if not strict and isinstance(data.get(section), dict) and any(k in data[section] for k in keys):
-            data[section] = {k: v for k, v in data[section].items() if k not in keys}
-    moved: dict = {}
-    for section in ("tasks", *RETIRED_SECTIONS):
-        if not isinstance(data.get(section), dict):
-            continue
-        kept = {}
-        for key, value in data[section].items():
-            owner, new = MOVED_TO_SUITE_ARGS.get(f"{section}.{key}", (RETIRED_SECTIONS.get(section), None))
-            if owner is None:  # tasks.seed, or a key the schema will judge
-                kept[key] = value
-            elif owner == suite and new is not None:
-                moved[new] = value
-                if strict:
-                    warnings.warn(f"{section}.{key} is now suite_args.{new}", FutureWarning, stacklevel=3)
-            elif strict and new is None:
-                raise ConfigError(
-                    f"{section}.{key}: unknown field (suite {owner}'s settings are suite_args.*: "
-                    f"rao config --explain suite_args --set suite={owner})"
-                )
-            elif strict:
-                raise ConfigError(
-                    f"{section}.{key}: moved to suite_args.{new} of suite {owner} (this run's suite is "
-                    f"{suite}: rao config --explain suite_args lists its settings)"
-                )
-        if section == "tasks" and kept:
-            data[section] = kept
-        else:
-            del data[section]
-    if moved:
-        if not isinstance(data.get("suite_args", {}), dict):
-            raise ConfigError(
-                f"suite_args: {data['suite_args']!r}: expected a mapping of suite_args.* fields"
-            )
-        data["suite_args"] = {**moved, **data.get("suite_args", {})}  # the new key wins
+def migrate_file(data: dict) -> dict:
+    """A configuration file of an older version, as today's (as layout.py migrates an old run
+    folder): keys that became arguments dropped. (The built-in suites' settings that moved into
+    their suite_args: rao_core/envs/args.py, migrate_suite_settings.)"""
+    for section, keys in MOVED_TO_ARGUMENTS.items():
+        if isinstance(data.get(section), dict) and any(k in data[section] for k in keys):
+            data = {**data, section: {k: v for k, v in data[section].items() if k not in keys}}
     return data
 
 

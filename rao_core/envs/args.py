@@ -5,15 +5,17 @@ loading a configuration does not import a suite's machinery.
 TextCraft's tasks are seeded by the run's `tasks.seed` (which also draws each round's tasks); its
 world, Oolong's transcripts and DeepDive's graph have seeds of their own. Old configuration files
 that held these under `world.*`, `tasks.*`, `oolong.*` and `deepdive.*` are migrated at load
-(rao_core/config/loading.py, MOVED_TO_SUITE_ARGS).
+(migrate_suite_settings, below).
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rao_core.config import ConfigError
 from rao_core.config.types import Float, Fraction, Int, NumberList, opt
 
 
@@ -105,3 +107,74 @@ class DeepDiveArgs(BaseModel):
     backend: str = opt("bm25", "search backend: bm25 (local corpus) or 'module:factory' (real backend)")
     real_path: str = opt("", "real DeepDive data (parquet/jsonl/json file or folder); empty: synthetic")
     real_split: str = opt("qa_rl", "split of the real dataset folder to read (qa_rl or qa_sft)")
+
+
+# -- old configuration files ------------------------------------------------------------------------
+# The settings above were sections of the run configuration once (world.*, tasks.*, oolong.*,
+# deepdive.*). Old key -> (the suite that reads it, its name in suite_args); tasks.seed stayed.
+_OOLONG = ("seed", "tasks_per_difficulty", "difficulty_tokens", "chars_per_token", "speakers", "chunk_chars",
+           "real_path")  # fmt: skip
+_DEEPDIVE = ("seed", "people", "organisations", "places", "works", "near_duplicates", "questions_per_difficulty",
+             "val_fraction", "max_results", "page_chars", "backend", "real_path", "real_split")  # fmt: skip
+MOVED_TO_SUITE_ARGS = {
+    "world.seed": ("textcraft", "world_seed"),
+    **{f"world.{k}": ("textcraft", k) for k in ("domains", "max_tier", "items_per_tier", "cross_domain_items")},
+    **{f"tasks.{k}": ("textcraft", k) for k in ("tasks_per_item", "max_count", "val_fraction", "buffer_max", "distractors")},
+    "tasks.small_tasks_per_difficulty": ("textcraft-small", "tasks_per_difficulty"),
+    **{f"oolong.{k}": ("oolong", k) for k in _OOLONG},
+    **{f"deepdive.{k}": ("deepdive", k) for k in _DEEPDIVE},
+}  # fmt: skip
+RETIRED_SECTIONS = {"world": "textcraft", "oolong": "oolong", "deepdive": "deepdive"}
+
+
+def migrate_suite_settings(data: dict, suite: object, strict: bool = False) -> dict:
+    """A configuration layer of an older version, as today's (as layout.py migrates an old run
+    folder): a built-in suite's settings moved into `suite_args` when `suite` is the run's suite,
+    dropped otherwise (a saved config.yaml lists every section). `strict` (a --set the user
+    typed): the move warns, and a moved key the run's suite does not read, or an unknown one in a
+    retired section, is a ConfigError naming its new home."""
+    data = dict(data)
+    moved: dict = {}
+    for section in ("tasks", *RETIRED_SECTIONS):
+        if not isinstance(data.get(section), dict):
+            continue
+        kept = {}
+        for key, value in data[section].items():
+            owner, new = MOVED_TO_SUITE_ARGS.get(f"{section}.{key}", (RETIRED_SECTIONS.get(section), None))
+            if owner is None:  # tasks.seed, or a key the schema will judge
+                kept[key] = value
+            elif owner == suite and new is not None:
+                moved[new] = value
+                if strict:
+                    warnings.warn(f"{section}.{key} is now suite_args.{new}", FutureWarning, stacklevel=3)
+            elif strict and new is None:
+                raise ConfigError(
+                    f"{section}.{key}: unknown field (suite {owner}'s settings are suite_args.*: "
+                    f"rao config --explain suite_args --set suite={owner})"
+                )
+            elif strict:
+                raise ConfigError(
+                    f"{section}.{key}: moved to suite_args.{new} of suite {owner} (this run's suite is "
+                    f"{suite}: rao config --explain suite_args lists its settings)"
+                )
+        if section == "tasks" and kept:
+            data[section] = kept
+        else:
+            del data[section]
+    if moved:
+        if not isinstance(data.get("suite_args", {}), dict):
+            raise ConfigError(
+                f"suite_args: {data['suite_args']!r}: expected a mapping of suite_args.* fields"
+            )
+        data["suite_args"] = {**moved, **data.get("suite_args", {})}  # the new key wins
+    return data
+
+
+def moved_hint(key: str) -> str | None:
+    """Where an old section or key went (`rao config --explain world`), or None."""
+    owner = RETIRED_SECTIONS.get(key) or MOVED_TO_SUITE_ARGS.get(key, (None,))[0]
+    if owner is None:
+        return None
+    return (
+        f"{key!r}: moved into suite {owner}'s settings: rao config --explain suite_args --set suite={owner}"
+    )

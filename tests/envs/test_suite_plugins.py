@@ -97,6 +97,10 @@ class EchoSuite(Suite):
 class Half(Suite):
     def tasks(self, split):
         return []
+
+
+class Bare(EchoSuite):
+    Args = None
 """
 
 
@@ -147,7 +151,7 @@ def test_an_installed_package_registers_by_entry_point(user_pkg, tmp_path):
         ),
         (
             ["suite=usertasks.echo:EchoSuite", "suite_args.n=0"],
-            "suite_args.n: 0: Input should be greater than or equal to 1",
+            "suite_args.n: 0: input should be greater than or equal to 1",
         ),
         (
             ["suite=usertasks.echo:EchoSuite", "suite_args.colour=red"],
@@ -162,8 +166,12 @@ def test_an_installed_package_registers_by_entry_point(user_pkg, tmp_path):
             "eval.split: 'val': not a split of EchoSuite (it has: fit, holdout)",
         ),
         (
+            ["suite=usertasks.echo:Bare", "suite_args.n=1"],
+            "suite_args: Bare takes no arguments (got n)",
+        ),
+        (
             ["suite=textcraft-small", "suite_args.n=1"],
-            "suite_args: TextCraftSmallData takes no arguments (got n)",
+            "suite_args.n: not a setting of TextCraftSmallData (it has: tasks_per_difficulty)",
         ),
         (["suite=textcraft-smal"], "suite: 'textcraft-smal': not a registered suite"),
     ],
@@ -186,7 +194,7 @@ def test_rao_train_check_names_a_bad_suite_in_one_line(user_pkg, tmp_path):
     assert (
         bad.stderr.strip()
         .splitlines()[-1]
-        .endswith("suite_args.n: 'x': Input should be a valid integer, unable to parse string as an integer")
+        .endswith("suite_args.n: 'x': input should be a valid integer, unable to parse string as an integer")
     )
 
 
