@@ -77,19 +77,23 @@ def test_a_4b_model_on_one_80gb_gpu(tmp_path, monkeypatch):
     fits beside it."""
     monkeypatch.setattr(memory, "devices", lambda: H100)
     model = shaped_model(tmp_path / "4b", **QWEN3_4B)
-    asleep = memory.check(gpu_config(tmp_path, model, "policy.kind=vllm", "policy.vllm_during_train=sleep"))
+
+    def check(cfg):
+        return memory.check(cfg.policy, cfg.train)
+
+    asleep = check(gpu_config(tmp_path, model, "policy.kind=vllm", "policy.vllm_during_train=sleep"))
     assert "train" in asleep and "master weights (fp32) 14.9" in asleep
     with pytest.raises(ConfigError) as err:
-        memory.check(gpu_config(tmp_path, model, "policy.kind=vllm", "policy.vllm_during_train=keep"))
+        check(gpu_config(tmp_path, model, "policy.kind=vllm", "policy.vllm_during_train=keep"))
     msg = str(err.value)
     assert msg.startswith("memory: the train stage needs about") and "of 79.6 GiB" in msg and "\n" not in msg
     assert "train.lora=true" in msg
-    lora = memory.check(
+    lora = check(
         gpu_config(tmp_path, model, "policy.kind=vllm", "policy.vllm_during_train=keep", "train.lora=true")
     )
     assert "vLLM keeps" in lora
     monkeypatch.setenv("RAO_SKIP_MEMORY_CHECK", "1")
-    assert memory.check(gpu_config(tmp_path, model, "policy.kind=vllm", "policy.vllm_during_train=keep"))
+    assert check(gpu_config(tmp_path, model, "policy.kind=vllm", "policy.vllm_during_train=keep"))
 
 
 def test_check_prints_the_plan_and_refuses_what_cannot_fit(tmp_path, monkeypatch, capsys):
