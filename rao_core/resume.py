@@ -54,9 +54,10 @@ def changes(old: dict, new: dict) -> dict[str, tuple[Any, Any]]:
 
 
 def comparable(data: dict) -> dict:
-    """A configuration as today's, to compare: an older file migrated (a built-in suite's settings
-    into its suite_args, config/loading.py), and suite_args with the suite's defaults filled in, so
-    that no setting and its default are the same."""
+    """A configuration as today's, to compare: an older file migrated (keys that became arguments
+    dropped, a built-in suite's settings moved into its suite_args: envs/args.py), and suite_args
+    with the suite's defaults filled in, so that leaving a setting out and giving its default are
+    the same."""
     data = migrate_suite_settings(migrate_file(data), data.get("suite"))
     try:
         args = suite_args(suite_class(str(data.get("suite"))), data.get("suite_args") or {})

@@ -136,7 +136,8 @@ def load_config(
     except SuiteError as e:
         raise ConfigError(str(e)) from None
     merged = merge_layers([*defaults, *layers])
-    try:  # every setting of the suite, defaults filled in: config.yaml and MLflow show what ran
+    try:  # again over every layer (a profile may set some), with the defaults filled in, so that
+        # config.yaml and MLflow show every setting of the suite that ran
         if cls is not None and cls.Args is not None:
             args = suite_args(cls, merged.get("suite_args", {}))
             merged["suite_args"] = args.model_dump(mode="json")

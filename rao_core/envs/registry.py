@@ -83,9 +83,8 @@ def suite_args(cls: type[Suite], raw: dict[str, Any]) -> BaseModel | None:
         return cls.Args.model_validate(raw)
     except ValidationError as e:
         err = e.errors(include_url=False)[0]
-    key = ".".join(
-        ["suite_args", *(str(p) for p in err["loc"] if p != "[key]")]
-    )  # pydantic's tag of a dict key
+    parts = [str(p) for p in err["loc"] if p != "[key]"]  # "[key]": pydantic's tag of a dict's key
+    key = ".".join(["suite_args", *parts])
     if err["type"] == "missing":
         raise SuiteError(f"{key}: required by {cls.__name__}")
     if err["type"] == "extra_forbidden":
