@@ -26,7 +26,7 @@ import yaml
 from rao_core.config import ConfigError, RunConfig, explain, save_config, to_dict
 from rao_core.config.loading import SECTIONS, migrate_file
 from rao_core.envs.args import migrate_suite_settings
-from rao_core.envs.registry import SuiteError, suite_args, suite_class
+from rao_core.envs.registry import SuiteError, registered_name, suite_args, suite_class
 from rao_core.layout import RunLayout
 
 MODEL_ENGINES = ("hf", "vllm")  # the same model and sampling: switching between them is free
@@ -58,7 +58,7 @@ def comparable(data: dict) -> dict:
     dropped, a built-in suite's settings moved into its suite_args: envs/args.py), and suite_args
     with the suite's defaults filled in, so that leaving a setting out and giving its default are
     the same."""
-    data = migrate_suite_settings(migrate_file(data), data.get("suite"))
+    data = migrate_suite_settings(migrate_file(data), registered_name(data.get("suite")))
     try:
         args = suite_args(suite_class(str(data.get("suite"))), data.get("suite_args") or {})
     except (SuiteError, TypeError):

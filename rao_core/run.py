@@ -27,6 +27,7 @@ from rao_core.envs.registry import (
     SuiteError,
     check_suite,
     labels_used,
+    registered_name,
     suite_args,
     suite_class,
     suite_defaults,
@@ -125,7 +126,8 @@ def load_config(
             if key in MAPPINGS and not isinstance(value, dict):
                 raise ConfigError(f"{key}: {value!r}: expected a mapping of {key}.* fields")
     suite = next((layer["suite"] for layer in reversed(layers) if "suite" in layer), RunConfig().suite)
-    layers = [migrate_suite_settings(layer, suite, strict=i >= files) for i, layer in enumerate(layers)]
+    name = registered_name(suite)  # old keys are keyed by a suite's registered name
+    layers = [migrate_suite_settings(layer, name, strict=i >= files) for i, layer in enumerate(layers)]
     raw_args: dict = {}
     for layer in layers:
         raw_args |= layer.get("suite_args", {})

@@ -194,6 +194,9 @@ def test_old_configurations_of_the_built_in_suites_still_load(tmp_path):
     assert load_config(both).suite_args["tasks_per_difficulty"] == 6
     with pytest.warns(FutureWarning, match=r"oolong.seed is now suite_args.seed"):
         assert load_config(overrides=["suite=oolong", "oolong.seed=3"]).suite_args["seed"] == 3
+    with pytest.warns(FutureWarning):  # a built-in suite named by its import path is the same suite
+        by_path = ["suite=rao_core.envs.suites:OolongData", "oolong.seed=4"]
+        assert load_config(overrides=by_path).suite_args["seed"] == 4
     with pytest.raises(
         ConfigError,
         match=r"^oolong.seed: moved to suite_args.seed of suite oolong \(this run's suite is textcraft-small",

@@ -33,6 +33,11 @@ def registered() -> dict[str, str]:
     return {ep.name: ep.value for ep in entry_points(group=GROUP)}
 
 
+def registered_name(suite: Any) -> Any:
+    """A built-in or installed suite named by its import path, as its registered name."""
+    return next((name for name, path in registered().items() if path == suite), suite)
+
+
 def import_object(path: str, what: str) -> Any:
     """`module:attribute` (dots allowed in both) -> the object; SuiteError naming `what` otherwise."""
     module_name, _, attr = path.partition(":")
