@@ -11,11 +11,12 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import yaml
 
-from rao_core.config import ConfigError, to_dict
+from rao_core.config import ConfigError, ConfigWarning, to_dict
 from rao_core.envs.checks import RunCheckError, check_run
 from rao_core.run import load_config
 from rao_core.runlock import RunBusy
@@ -460,8 +461,19 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _warning_line(message, category, filename, lineno, line=None) -> str:
+    """A configuration warning is one line for the user, not a source location."""
+    if issubclass(category, ConfigWarning):
+        return f"warning: {message}\n"
+    return _default_format(message, category, filename, lineno, line)
+
+
+_default_format = warnings.formatwarning
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    warnings.formatwarning = _warning_line
     try:
         return args.func(args)
     except ConfigError as e:  # bad input gets one line; RAO_DEBUG=1 shows the traceback instead

@@ -26,7 +26,7 @@ import yaml
 from rao_core.config import ConfigError, RunConfig, explain, save_config, to_dict
 from rao_core.config.loading import SECTIONS, migrate_file
 from rao_core.envs.args import migrate_suite_settings
-from rao_core.envs.registry import SuiteError, registered_name, suite_args, suite_class
+from rao_core.envs.registry import SuiteError, filled_args, registered_name, suite_class
 from rao_core.layout import RunLayout
 
 MODEL_ENGINES = ("hf", "vllm")  # the same model and sampling: switching between them is free
@@ -45,11 +45,11 @@ def flatten(data: dict) -> dict[str, Any]:
 
 
 def changes(old: dict, new: dict) -> dict[str, tuple[Any, Any]]:
-    """Keys whose value differs. An older file is read as today's (comparable). A key the old file
-    lacks took the default of its day: assumed equal to today's (a key the new configuration lacks
-    was retired, and is ignored). A comma list of an older file (`medium,hard`) equals the list it
-    means."""
-    before, after = flatten(comparable(old)), flatten(comparable(new))
+    """Keys whose value differs between a stored configuration `old` (read as today's: comparable)
+    and a loaded one `new` (to_dict of a RunConfig). A key the old file lacks took the default of
+    its day: assumed equal to today's (a key the new configuration lacks was retired, and is
+    ignored). A comma list of an older file (`medium,hard`) equals the list it means."""
+    before, after = flatten(comparable(old)), flatten(new)
     return {k: (before[k], v) for k, v in after.items() if k in before and not _same(before[k], v)}
 
 
@@ -60,10 +60,12 @@ def comparable(data: dict) -> dict:
     the same."""
     data = migrate_suite_settings(migrate_file(data), registered_name(data.get("suite")))
     try:
-        args = suite_args(suite_class(str(data.get("suite"))), data.get("suite_args") or {})
+        return {
+            **data,
+            "suite_args": filled_args(suite_class(str(data.get("suite"))), data.get("suite_args") or {}),
+        }
     except (SuiteError, TypeError):
         return data  # a suite that cannot be read now: its raw arguments
-    return {**data, "suite_args": args.model_dump(mode="json") if args is not None else {}}
 
 
 def _same(old: Any, new: Any) -> bool:

@@ -12,6 +12,7 @@ exist. It sits here, above the suites it asks for their defaults, not in config/
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,16 +23,15 @@ from rao_core.config import ConfigError, JudgeConfig, RunConfig, TrainConfig, Wa
 from rao_core.config.loading import MAPPINGS, build, merge_layers, migrate_file
 from rao_core.config.policy import PolicyConfig
 from rao_core.envs.args import migrate_suite_settings
-from rao_core.envs.base import SuiteContext
 from rao_core.envs.registry import (
     SuiteError,
-    check_suite,
-    labels_used,
+    filled_args,
     registered_name,
     suite_args,
     suite_class,
     suite_defaults,
 )
+from rao_core.envs.suites import make_suite
 from rao_core.layout import RunLayout
 from rao_core.tracking import Tracker
 
@@ -72,8 +72,9 @@ class Run:
     def checkpoints(self) -> Checkpoints:
         return Checkpoints(self.layout, self.config.policy.model)
 
-    @property
+    @functools.cached_property
     def tracker(self) -> Tracker:
+        """Built once per Run (MLflow's store, the parameters it logs)."""
         return Tracker.of(self.config)
 
     def arms(self) -> list[Run]:
@@ -140,9 +141,8 @@ def load_config(
     merged = merge_layers([*defaults, *layers])
     try:  # again over every layer (a profile may set some), with the defaults filled in, so that
         # config.yaml and MLflow show every setting of the suite that ran
-        if cls is not None and cls.Args is not None:
-            args = suite_args(cls, merged.get("suite_args", {}))
-            merged["suite_args"] = args.model_dump(mode="json")
+        if cls is not None:
+            merged["suite_args"] = filled_args(cls, merged.get("suite_args", {}))
     except SuiteError as e:
         raise ConfigError(str(e)) from None
     if isinstance(merged.get("policy"), dict):  # the engine settings are the default engine's
@@ -150,7 +150,7 @@ def load_config(
     cfg = build(merged)
     try:
         if cls is not None:
-            check_suite(cls, args, SuiteContext.of(cfg), labels_used(cfg.rollout, cfg.eval, cfg.warmstart))
+            make_suite(cfg)  # the suite's own rules and the labels the run uses
     except SuiteError as e:
         raise ConfigError(str(e)) from None
     if check_files:

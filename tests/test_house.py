@@ -174,7 +174,8 @@ def test_old_configurations_of_the_built_in_suites_still_load(tmp_path):
     import pytest
     import yaml
 
-    from rao_core.config import ConfigError
+    from flows.cli import _warning_line
+    from rao_core.config import ConfigError, ConfigWarning
     from rao_core.envs.args import moved_hint
     from rao_core.run import load_config
 
@@ -192,7 +193,7 @@ def test_old_configurations_of_the_built_in_suites_still_load(tmp_path):
         )
     )
     assert load_config(both).suite_args["tasks_per_difficulty"] == 6
-    with pytest.warns(FutureWarning, match=r"oolong.seed is now suite_args.seed"):
+    with pytest.warns(ConfigWarning, match=r"oolong.seed is now suite_args.seed"):
         assert load_config(overrides=["suite=oolong", "oolong.seed=3"]).suite_args["seed"] == 3
     with pytest.warns(FutureWarning):  # a built-in suite named by its import path is the same suite
         by_path = ["suite=rao_core.envs.suites:OolongData", "oolong.seed=4"]
@@ -202,6 +203,9 @@ def test_old_configurations_of_the_built_in_suites_still_load(tmp_path):
         match=r"^oolong.seed: moved to suite_args.seed of suite oolong \(this run's suite is textcraft-small",
     ):
         load_config(overrides=["oolong.seed=3"])
+    assert _warning_line("world.seed is now suite_args.world_seed", ConfigWarning, "x.py", 1) == (
+        "warning: world.seed is now suite_args.world_seed\n"  # the `rao` command's one line
+    )
     assert "moved into suite textcraft's settings" in moved_hint("world")
     assert "suite textcraft-small's" in moved_hint("tasks.small_tasks_per_difficulty")
     assert moved_hint("tasks.seed") is None and moved_hint("agent") is None

@@ -8,6 +8,7 @@ cfg = load_config("run.yaml", ["agent.max_depth=3"])   # ConfigError (one line) 
 
 from rao_core.config.loading import (
     ConfigError,
+    ConfigWarning,
     build,
     parse_override,
     save_config,
@@ -31,7 +32,7 @@ from rao_core.config.sections import (
 from rao_core.config.types import opt
 
 __all__ = [
-    "AgentConfig", "CampaignConfig", "ConfigError",
+    "AgentConfig", "CampaignConfig", "ConfigError", "ConfigWarning",
     "EvalConfig", "JudgeConfig", "PolicyConfig", "RolloutConfig",
     "RunConfig", "SandboxConfig", "ScoringConfig", "TaskConfig", "TrackingConfig", "TrainConfig",
     "WarmStartConfig", "build", "ENGINES", "HFPolicy", "VLLMPolicy", "OpenAIPolicy", "ScriptedPolicy", "opt", "parse_override", "save_config",

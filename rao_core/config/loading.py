@@ -21,6 +21,11 @@ class ConfigError(ValueError):
     """Bad configuration: the message is one line naming the key, the value and the rule."""
 
 
+class ConfigWarning(FutureWarning):
+    """A configuration key of an older version, taken as its new one: the message says which
+    (the `rao` command prints it as one `warning:` line)."""
+
+
 # Keys that existed once: a clear word instead of "unknown field".
 RETIRED = {
     "train.temperature": "removed: the trainer takes log-probs at the temperature each node was sampled "

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rao_core.config import ConfigError
+from rao_core.config import ConfigError, ConfigWarning
 from rao_core.config.types import Float, Fraction, Int, NumberList, opt
 
 
@@ -146,7 +146,7 @@ def migrate_suite_settings(data: dict, suite: object, strict: bool = False) -> d
             elif owner == suite and new is not None:
                 moved[new] = value
                 if strict:
-                    warnings.warn(f"{section}.{key} is now suite_args.{new}", FutureWarning, stacklevel=3)
+                    warnings.warn(f"{section}.{key} is now suite_args.{new}", ConfigWarning, stacklevel=2)
             elif strict and new is None:
                 raise ConfigError(
                     f"{section}.{key}: unknown field (suite {owner}'s settings are suite_args.*: "
@@ -161,11 +161,7 @@ def migrate_suite_settings(data: dict, suite: object, strict: bool = False) -> d
             data[section] = kept
         else:
             del data[section]
-    if moved:
-        if not isinstance(data.get("suite_args", {}), dict):
-            raise ConfigError(
-                f"suite_args: {data['suite_args']!r}: expected a mapping of suite_args.* fields"
-            )
+    if moved:  # (a suite_args that is no mapping was refused before: load_config)
         data["suite_args"] = {**moved, **data.get("suite_args", {})}  # the new key wins
     return data
 

@@ -100,6 +100,13 @@ def suite_args(cls: type[Suite], raw: dict[str, Any]) -> BaseModel | None:
     raise SuiteError(f"{key}: {err.get('input')!r}: {why}")
 
 
+def filled_args(cls: type[Suite], raw: dict[str, Any]) -> dict[str, Any]:
+    """`suite_args` as the suite reads them: validated, every default filled in (what a saved
+    config.yaml holds, so leaving a setting out and giving its default are the same)."""
+    args = suite_args(cls, raw)
+    return args.model_dump(mode="json") if args is not None else {}
+
+
 def check_suite(cls: type[Suite], args: Any, ctx: SuiteContext, labels: dict[str, list[str]]) -> None:
     """The splits and difficulties the run uses (`labels`, from labels_used) are ones the suite
     declares, and the suite's own rules hold (Suite.check)."""

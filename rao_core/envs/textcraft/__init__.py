@@ -1,6 +1,5 @@
 """TextCraft-Synth: a seeded crafting world, its tasks, a gold solver, and the environment."""
 
-from rao_core.envs.args import SmallArgs, TextCraftArgs
 from rao_core.envs.textcraft.env import Inventory, TextCraftEnv, check_targets, env_from_task
 from rao_core.envs.textcraft.solver import base_needs, simulate, solve, tree_needs
 from rao_core.envs.textcraft.tasks import (
@@ -17,9 +16,7 @@ __all__ = [
     "Inventory",
     "Item",
     "Recipe",
-    "SmallArgs",
     "Task",
-    "TextCraftArgs",
     "TextCraftEnv",
     "World",
     "base_needs",
