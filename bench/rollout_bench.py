@@ -47,7 +47,7 @@ from rao_core.eval.metrics import load_round, summarize
 from rao_core.run import Run, load_config
 from rao_core.stages.common import open_policy
 from rao_core.stages.rollout import roll_out
-from rao_core.stages.synthesize import prepare
+from rao_core.stages.synthesize import synthesize
 
 # The round issue 25 timed: the main job's version 0 then (the default is small-warmstart-7500 now,
 # whose trees are larger, so its round is not the one the figures in docs/engines.md compare).
@@ -155,11 +155,11 @@ def main() -> None:
     base = [f"runs_dir={runs_dir}", f"policy.model={MODEL}", *args.set]
     cfg = load_config(None, [*base, "run_name=bench"])
     in_process = load_config(None, [*base, "run_name=bench-in-process", "policy.engine_processes=0"])
-    with engines(Run(cfg)) as scope:
-        prepare(Run(cfg))
-        open_suite(cfg)  # the suite's imports: once per process, not once per round
+    run = Run(cfg)
+    with engines(run) as scope:
+        synthesize(run)  # the suite's files and imports: once per process, not once per round
         asyncio.run(
-            open_policy(Run(cfg), open_suite(cfg), 0, cfg.agent.max_context_tokens)[0].close()
+            open_policy(run, open_suite(cfg), 0, cfg.agent.max_context_tokens)[0].close()
         )  # start the engine processes
         calls, engines_seen, stop_recording = record_forwards()
         start = time.perf_counter()
@@ -168,7 +168,7 @@ def main() -> None:
         stop_recording()
         parent_peak = peak_gib("self")  # the in-process round's engine included
         start = time.perf_counter()
-        roll_out(Run(cfg), 0)
+        roll_out(run, 0)
         rollout = time.perf_counter() - start
         child_peaks = [peak_gib(p.process.pid) for p in scope.hf_processes.values()]
         child_idle = [peak_gib(p.process.pid, "VmRSS") for p in scope.hf_processes.values()]

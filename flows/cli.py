@@ -286,11 +286,13 @@ def cmd_score(args: argparse.Namespace) -> int:
     import json
 
     from rao_core import runlock
-    from rao_core.scoring import score_round, scores_summary
+    from rao_core.run import Run
+    from rao_core.scoring import scores_summary
+    from rao_core.stages.score import score
 
     cfg = load_config(args.config, args.overrides)
     with runlock.writing(cfg.run_dir, "rao score"):
-        path = score_round(cfg.run_dir, args.round, cfg.scoring)
+        path = score(Run(cfg), args.round)
     print(f"scores -> {path}")
     print(json.dumps(scores_summary(cfg.run_dir, args.round), indent=2, default=str))
     return 0

@@ -95,3 +95,8 @@ class Checkpoints:
 
     def path(self, version: int) -> Path:
         return self.initial() if version == 0 else self.layout.checkpoint(version)
+
+    def metrics(self, version: int) -> dict:
+        """What training wrote when it made `version` (metrics.json; {} before it exists)."""
+        path = self.layout.checkpoint(version) / METRICS
+        return json.loads(path.read_text()) if path.is_file() else {}

@@ -73,12 +73,11 @@ def main() -> None:
     import torch
 
     from rao_core import campaign, memory, runlock
-    from rao_core.envs.suites import open_suite
     from rao_core.eval.metrics import load_round, summarize
     from rao_core.run import Run, load_config
     from rao_core.stages.rollout import roll_out
     from rao_core.stages.score import score
-    from rao_core.stages.synthesize import prepare
+    from rao_core.stages.synthesize import synthesize
     from rao_core.stages.train import train
     from rao_core.stages.warm_start import warm_start
     from rao_core.store.parquet import read_meta
@@ -114,8 +113,7 @@ def main() -> None:
     save()
     run = Run(cfg)
     with runlock.writing(cfg.run_dir, "scripts/real_size_cuda.py"), campaign.engines(run):
-        prepare(run)
-        open_suite(cfg)
+        synthesize(run)
         warm_start(run)
         if cuda:
             torch.cuda.reset_peak_memory_stats()

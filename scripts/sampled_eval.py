@@ -50,7 +50,7 @@ def main() -> None:
             raise SystemExit(f"--versions: {model} does not exist")
         dest = cfg.layout.sampled_eval(cell, v)
         draw = evaluation_draw(Run(cfg), v, args.samples, args.temperature)
-        sample(Run(cfg), dest, draw, v, v, progress=True)
+        sample(Run(cfg), dest, draw, v, progress=True)
         rows = read_partition(dest, "nodes").to_pylist()
         m = tree_metrics(rows)
         results[v] = per_task_success(rows)

@@ -94,12 +94,12 @@ def open_judge(run: Run) -> Judge | None:
 
 
 def sample(
-    run: Run, dest: Path, draw: Draw, round_: int, version: int,
-    agent: AgentConfig | None = None, progress: bool = False,
-) -> Path:  # fmt: skip
+    run: Run, dest: Path, draw: Draw, version: int, agent: AgentConfig | None = None, progress: bool = False
+) -> Path:
     """Draw the trees, run them with policy version `version` (agent.* or `agent`), write their
-    rows labelled with `round_` as the partition `dest`. Idempotent: a complete partition is
-    returned as it is, an incomplete one is rewritten whole."""
+    rows as the partition `dest`, labelled with round = version (round r samples with version r;
+    an evaluation of version v carries v in both). Idempotent: a complete partition is returned as
+    it is, an incomplete one is rewritten whole."""
     if is_complete(dest):
         return dest
     clean_temporaries(dest.parent, dest.name)  # only its own: sibling shards may be writing
@@ -112,5 +112,5 @@ def sample(
         policy, ChatFraming(tokenizer, cfg.policy.chat_template_kwargs), agent, cfg.sandbox, open_judge(run),
         draw.temperature, cfg.rollout.max_concurrent_trees, cfg.policy.retries,
     )  # fmt: skip
-    labels = RowLabels(run.name, round_, draw.split, agent.mode, cfg.suite, version)
+    labels = RowLabels(run.name, version, draw.split, agent.mode, cfg.suite, version)
     return sampler.sample(specs, labels, dest, {"shard": list(draw.shard)}, progress)

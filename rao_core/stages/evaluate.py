@@ -37,25 +37,23 @@ def evaluation_draw(
     )  # fmt: skip
 
 
-def evaluate(run: Run, version: int, progress: bool = False) -> dict[str, Any]:
+def evaluate(run: Run, version: int) -> dict[str, Any]:
     """Evaluate policy version `version` (idempotent: a complete partition is only re-summarised,
     a complete shard is not run again)."""
     note(run, f"evaluation of version {version}")
     dest = run.layout.eval(version)
-    run_shard = lambda k: evaluate_shard(run, version, k, progress)  # noqa: E731
+    run_shard = lambda k: evaluate_shard(run, version, k)  # noqa: E731
     run_sharded(dest, run.config.rollout.shards, f"the evaluation of version {version}", run_shard)
     return summarize_eval(dest)
 
 
-def evaluate_shard(run: Run, version: int, shard: int, progress: bool = False) -> Path:
+def evaluate_shard(run: Run, version: int, shard: int) -> Path:
     """Shard `shard` of version `version`'s evaluation: its deal of the held-out tasks, on an engine
     replica of its own. Greedy trees do not depend on their batch, so the shards together hold
     exactly the trees of one unsharded evaluation."""
     n = run.config.rollout.shards
     dest = shard_dir(run.layout.eval(version), shard, n)
-    return sample(
-        run, dest, evaluation_draw(run, version, shard=(shard, n)), version, version, progress=progress
-    )
+    return sample(run, dest, evaluation_draw(run, version, shard=(shard, n)), version)
 
 
 def grid(run: Run) -> list[tuple[str, int]]:
@@ -64,7 +62,7 @@ def grid(run: Run) -> list[tuple[str, int]]:
     return [(m, c) for c in cfg.eval.context_limits or [cfg.agent.max_context_tokens] for m in cfg.eval.modes]
 
 
-def compare(run: Run, version: int, progress: bool = False) -> dict[str, Any]:
+def compare(run: Run, version: int) -> dict[str, Any]:
     """Version `version` in every cell of the grid, recursive against single agent, greedy; returns
     {"version", "cells": [{"mode", "ctx", "summary"}]} (complete cells are only read back)."""
     note(run, f"comparison of version {version}")
@@ -72,6 +70,6 @@ def compare(run: Run, version: int, progress: bool = False) -> dict[str, Any]:
     for mode, ctx in grid(run):
         agent = dataclasses.replace(run.config.agent, mode=mode, max_context_tokens=ctx)
         dest = run.layout.compare(version, mode, ctx)
-        sample(run, dest, evaluation_draw(run, version), version, version, agent, progress)
+        sample(run, dest, evaluation_draw(run, version), version, agent)
         cells.append({"mode": mode, "ctx": ctx, "summary": summarize_eval(dest)})
     return {"version": version, "cells": cells}

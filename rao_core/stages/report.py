@@ -5,12 +5,11 @@ logged to MLflow. Read back from the stages' outputs only; nothing here changes 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from rao_core.eval.metrics import load_round, summarize, summarize_eval
-from rao_core.layout import METRICS, RunLayout
+from rao_core.layout import RunLayout
 from rao_core.run import Run
 from rao_core.store.files import write_text
 from rao_core.store.parquet import read_meta
@@ -58,9 +57,7 @@ def signal_lines(run: Run) -> list[str]:
     while layout.complete(layout.scores(r)):
         g = scores_summary(run.dir, r)["groups"]
         spread.append(f"r{r} {g['spread']}/{g['groups']}")
-        metrics = layout.checkpoint(r + 1) / METRICS
-        skipped = json.loads(metrics.read_text()).get("skipped") if metrics.is_file() else None
-        if (why := no_signal(g) or skipped) is not None:
+        if (why := no_signal(g) or run.checkpoints.metrics(r + 1).get("skipped")) is not None:
             idle.append(f"round {r}: {why}")
         r += 1
     if not spread:
@@ -72,7 +69,7 @@ def signal_lines(run: Run) -> list[str]:
 
 
 def train_line(run: Run, round_: int) -> str:
-    m = json.loads((run.layout.checkpoint(round_ + 1) / METRICS).read_text())
+    m = run.checkpoints.metrics(round_ + 1)
     if "skipped" in m:
         return (
             f"WARNING: {run.name} round {round_} train: skipped ({m['skipped']}), version {round_ + 1} "
@@ -133,8 +130,7 @@ def round_report(run: Run, round_: int) -> dict[str, Any]:
     rollout_meta = read_meta(layout.rollouts(round_))
     rollout = summarize(load_round(run.layout, round_))
     scores = scores_summary(run.dir, round_)
-    train_path = layout.checkpoint(round_ + 1) / METRICS
-    train = json.loads(train_path.read_text()) if train_path.is_file() else {}
+    train = run.checkpoints.metrics(round_ + 1)
     evaluation = summarize_eval(layout.eval(round_ + 1))
     return {
         "eval": evaluation,

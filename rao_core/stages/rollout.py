@@ -40,4 +40,4 @@ def roll_out_shard(run: Run, round_: int, shard: int, progress: bool = False) ->
     partition is complete is a no-op and an incomplete one is rewritten whole."""
     n = run.config.rollout.shards
     dest = shard_dir(run.layout.rollouts(round_), shard, n)
-    return sample(run, dest, training_draw(run, round_, (shard, n)), round_, round_, progress=progress)
+    return sample(run, dest, training_draw(run, round_, (shard, n)), round_, progress=progress)

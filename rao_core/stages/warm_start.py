@@ -11,13 +11,11 @@ from rao_core.run import Run
 from rao_core.stages.common import note
 
 
-def warm_start(run: Run, progress: bool = False) -> Path:
+def warm_start(run: Run) -> Path:
     """Version 0's checkpoint, trained first when policy.model is 'warmstart' and not yet done."""
     note(run, "warm start")
     if run.config.policy.model == "warmstart" and not run.layout.warmstart_complete():
         from rao_core.train.warmstart import warm_start as train_warm_start  # torch, TRL
 
-        train_warm_start(
-            run.config.warmstart, run.layout.warmstart, open_suite(run.config), progress=progress
-        )
+        train_warm_start(run.config.warmstart, run.layout.warmstart, open_suite(run.config))
     return run.checkpoints.initial()
