@@ -19,9 +19,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from rao_core import interrupts
 from rao_core.layout import RunLayout
 
 _HELD: dict[Path, tuple[IO[str], dict[str, Any]]] = {}  # run folder -> (open lock file, record)
+_NOTED: dict[IO[str], float] = {}  # lock file -> when its progress was last written
 
 
 class RunBusy(RuntimeError):
@@ -39,17 +41,27 @@ def holder(run_dir: Path) -> dict[str, Any] | None:
         try:
             fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            text = f.read()
-            return (
-                json.loads(text) if text.strip() else {"pid": "?", "command": "?", "stage": "?", "since": 0}
-            )
+            return _read_record(f)
         fcntl.flock(f, fcntl.LOCK_UN)
     return None
 
 
+def _read_record(f: IO[str], tries: int = 20) -> dict[str, Any]:
+    """The holder's record. It is rewritten in place as the holder's stage moves on, so a read
+    may land between the truncation and the write: read again, briefly."""
+    for _ in range(tries):
+        f.seek(0)
+        with contextlib.suppress(json.JSONDecodeError):
+            if text := f.read().strip():
+                return json.loads(text)
+        time.sleep(0.01)
+    return {"pid": "?", "command": "?", "stage": "?", "since": 0}
+
+
 def describe(record: dict[str, Any]) -> str:
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.get("since", 0)))
-    return f"pid {record.get('pid')} ({record.get('command')}), stage {record.get('stage')}, since {since}"
+    stage = f"{record.get('stage')}" + (f" ({record['progress']})" if record.get("progress") else "")
+    return f"pid {record.get('pid')} ({record.get('command')}), stage {stage}, since {since}"
 
 
 @contextlib.contextmanager
@@ -73,9 +85,7 @@ def writing(
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             break
         except BlockingIOError:
-            f.seek(0)
-            text = f.read()
-            other = json.loads(text) if text.strip() else {"pid": "?", "command": "?", "stage": "?"}
+            other = _read_record(f)
             busy = f"{key} is being written by {describe(other)}"
             if wait is None:
                 f.close()
@@ -89,21 +99,40 @@ def writing(
     record = {"pid": os.getpid(), "command": command, "stage": "starting", "since": time.time()}
     _HELD[key] = (f, record)
     _write(f, record)
+    interrupts.note(f"the start of {command}", key)
     try:
         yield
     finally:
         del _HELD[key]
+        _NOTED.pop(f, None)
         f.truncate(0)
         fcntl.flock(f, fcntl.LOCK_UN)
         f.close()
 
 
 def note_stage(run_dir: Path, stage: str) -> None:
-    """Record the stage this process is at (shown by `rao status` and in a refusal)."""
+    """Record the stage this process is at (shown by `rao status`, in a refusal, and in the line
+    an interrupted command ends with)."""
     held = _HELD.get(Path(run_dir).resolve())
     if held is not None:
         held[1]["stage"] = stage
+        held[1].pop("progress", None)
         _write(*held)
+        interrupts.note(stage, Path(run_dir).resolve())
+
+
+def note_progress(run_dir: Path, progress: str, every_s: float = 1.0) -> None:
+    """Record how far the current stage is ("12 of 96 trees", "step 3 of 8"): written at most once
+    every `every_s` seconds (and always the first time)."""
+    held = _HELD.get(Path(run_dir).resolve())
+    if held is None:
+        return
+    record, now = held[1], time.monotonic()
+    if "progress" in record and now - _NOTED.get(held[0], 0.0) < every_s:
+        return
+    record["progress"], _NOTED[held[0]] = progress, now
+    _write(*held)
+    interrupts.note(f"{record['stage']} ({progress})", Path(run_dir).resolve())
 
 
 def _write(f: IO[str], record: dict[str, Any]) -> None:

@@ -110,13 +110,21 @@ class EngineProcess:
         return self.call("stats").result()
 
     def stop(self) -> None:
+        self.ask_to_stop()
+        self.wait_stopped()
+
+    def ask_to_stop(self) -> None:
+        """Tell the child to stop (it cancels its requests and exits); `wait_stopped` waits for it.
+        Apart, so that a scope stops all its children at once."""
         if self.alive():
             self.call("stop")
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+
+    def wait_stopped(self, timeout: float = 10.0) -> None:
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
         self._to_child.close()
 
     def _route(self) -> None:

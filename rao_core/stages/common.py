@@ -4,6 +4,7 @@ into a partition (the Sampler with the run's policy, chat framing, sandbox and j
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -113,4 +114,9 @@ def sample(
         draw.temperature, cfg.rollout.max_concurrent_trees, cfg.policy.retries,
     )  # fmt: skip
     labels = RowLabels(run.name, version, draw.split, agent.mode, cfg.suite, version)
-    return sampler.sample(specs, labels, dest, {"shard": list(draw.shard)}, progress)
+    done = itertools.count(1)
+
+    def tree_done(_: Any) -> None:  # how far the stage is, for `rao status`
+        runlock.note_progress(run.dir, f"{next(done)} of {len(specs)} trees")
+
+    return sampler.sample(specs, labels, dest, {"shard": list(draw.shard)}, progress, tree_done)

@@ -11,6 +11,7 @@ from typing import Any
 from rao_core.eval.metrics import load_round, summarize, summarize_eval
 from rao_core.layout import RunLayout
 from rao_core.run import Run
+from rao_core.stages.common import note
 from rao_core.store.files import write_text
 from rao_core.store.parquet import read_meta
 
@@ -126,6 +127,7 @@ def round_report(run: Run, round_: int) -> dict[str, Any]:
     training update (loss, tokens/s) and time per stage."""
     from rao_core.scoring import scores_summary
 
+    note(run, f"report of round {round_}")
     layout = run.layout
     rollout_meta = read_meta(layout.rollouts(round_))
     rollout = summarize(load_round(run.layout, round_))
@@ -192,6 +194,7 @@ def write_campaign_report(run: Run) -> dict[str, Path]:
     latest version of each arm; logged on the campaign's MLflow run."""
     from rao_core.eval import gains, report
 
+    note(run, "the campaign report")
     runs = {arm.config.agent.mode: arm.dir for arm in run.arms()}
     histories = {arm: h for arm, run_dir in runs.items() if (h := eval_history_of(run_dir))}
     out = run.layout.reports

@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,11 +33,12 @@ from typing import Any
 
 import torch
 import yaml
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
-from rao_core import checkpoints
+from rao_core import checkpoints, runlock
 from rao_core.checkpoints import is_complete
 from rao_core.engines.probe import write_probe
+from rao_core.interrupts import run_in_own_session
 from rao_core.layout import METRICS
 from rao_core.models.locate import adapter_base, is_adapter
 from rao_core.models.tokenizer import load_tokenizer
@@ -186,7 +186,7 @@ def _train_and_publish(
             reference = load_reference(origin) if cfg.beta and not cfg.lora else None
             with tempfile.TemporaryDirectory(prefix="rao-train-") as work:
                 model, metrics = train_rows(
-                    model, tok, rows, cfg, Path(work), optimizer_state=moments, reference=reference
+                    model, tok, rows, cfg, Path(work), [NoteSteps(run_dir)], moments, reference
                 )
             del reference
             optimizer_state = metrics.pop("optimizer_state", None)
@@ -205,6 +205,17 @@ def _train_and_publish(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+class NoteSteps(TrainerCallback):
+    """How far the train stage is ("step 3 of 8"), for `rao status` and an interrupted command's
+    line; a no-op in a launched rank (it holds no run folder's lock)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        runlock.note_progress(self.run_dir, f"step {state.global_step} of {state.max_steps}")
 
 
 def _write_checkpoint(
@@ -315,7 +326,8 @@ def launch_round(
         cmd += ["--model", str(model_path), "--out", str(out_path), "--config", str(conf)]
         cmd += ["--origin", str(origin)] if origin else []
         cmd += ["--tokenizer", str(tokenizer)] if tokenizer else []
-        subprocess.run(cmd, check=True, env={**os.environ, **env})
+        # an interrupt ends the ranks too; `rao status` says the stage runs launched
+        run_in_own_session(cmd, {**os.environ, **env}, lambda: runlock.note_progress(run_dir, "launched"))
     if not is_complete(out_path):
         raise RuntimeError(
             f"the launched training stage finished without a complete checkpoint at {out_path}"

@@ -1,0 +1,213 @@
+"""Interrupts: a terminal's Ctrl-C, SIGINT to the process and SIGTERM end a command in seconds.
+
+The `rao` command installs one handler for SIGINT and SIGTERM (`install`), whatever the process
+inherited (a shell script's background job starts with SIGINT ignored, and Python's own handler
+never sees SIGTERM). The first signal raises `Interrupted` (a KeyboardInterrupt) in the main
+thread, wherever it is. Every `finally` and context manager on the way out then runs (engine
+processes stopped, REPL workers ended, the MLflow run marked KILLED, the run folder's lock
+released, partial outputs removed), and `rao` prints one line and exits 130 (143 for SIGTERM).
+Completed stages are files marked complete, so the same command resumes after the last of them.
+
+The trees' event loop (`run_async`) takes a signal differently, whoever handles it (this module,
+Prefect's SIGTERM bridge in a served flow run, Python's Ctrl-C): it cancels the loop's main task,
+so that every node closes its REPL worker and cancels its engine requests, and hands the signal
+to that handler once the loop has ended. (Raised inside the loop, the exception would stop it
+with those clean-ups half done.)
+
+Two guarantees do not depend on the clean-up going well: a second signal, or `GRACE_S` seconds
+after the first, ends every process this one started and exits at once (`stop_now`).
+
+Child processes ignore SIGINT (the engine processes: a terminal sends it to the whole foreground
+process group) or run in a session of their own (REPL workers, the vLLM server, the temporary
+Prefect server, a training launcher and its ranks: `run_in_own_session`). Their parent stops
+them, and each notices a parent killed outright (a closed pipe, a watched parent pid).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psutil
+
+from rao_core.layout import RunLayout
+
+T = TypeVar("T")
+GRACE_S = 20.0  # after the first signal: the clean-up's time before everything is killed
+NAMES = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
+PAUSE_AT = "RAO_PAUSE_AT_STAGE"
+
+
+class Interrupted(KeyboardInterrupt):
+    """The command was asked to stop: `signum` says by which signal, `stage` where it was."""
+
+    def __init__(self, signum: int, stage: str | None = None) -> None:
+        super().__init__(f"{NAMES.get(signum, signum)}" + (f" during {stage}" if stage else ""))
+        self.signum, self.stage = signum, stage
+
+
+_received: list[int] = []  # the signals `rao`'s handler received in this process
+_where: dict[str, str] = {}  # the run folder written and its stage (runlock), for the exit line
+_in_loop: list[int] = []  # the signals the running `run_async` loop received
+
+
+def install() -> None:
+    """Handle SIGINT and SIGTERM in this process from now on (main thread only; else a no-op)."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in NAMES:
+            signal.signal(signum, _on_signal)
+
+
+def note(stage: str, run_dir: Path | None = None) -> None:
+    """Remember what the command is doing, and the run folder it writes (runlock notes each
+    stage). With RAO_PAUSE_AT_STAGE set to the start of `stage`, wait here for a signal: the hook
+    by which a test interrupts exactly that stage (tests/test_interrupts.py)."""
+    _where["stage"] = stage
+    if run_dir is not None:
+        _where["run_dir"] = str(run_dir)
+    if (at := os.environ.get(PAUSE_AT)) and stage.startswith(at):
+        print(f"paused at {stage} ({PAUSE_AT})", file=sys.stderr, flush=True)
+        while not (_received or _in_loop):  # a handler raises here, or (in the trees' loop) counts it
+            time.sleep(0.05)
+
+
+def received() -> int | None:
+    """The first signal `rao`'s handler received, or None."""
+    return _received[0] if _received else None
+
+
+def exit_code(signum: int) -> int:
+    return 128 + signum  # 130 for SIGINT, 143 for SIGTERM: what a shell reports
+
+
+def exit_line(signum: int) -> str:
+    """The one line an interrupted command ends with: where it stopped, and what is kept."""
+    said = f"interrupted ({NAMES.get(signum, signum)})" + (f" during {_where['stage']}" if _where else "")
+    if "run_dir" not in _where:
+        return f"{said}: no run folder was written yet"
+    layout = RunLayout(Path(_where["run_dir"]))
+    return f"{said}: {layout.root} keeps {layout.standing()}; the same command continues from there"
+
+
+def _count(signum: int) -> None:
+    """`rao`'s bookkeeping of a signal: the second stops at once, the first starts the grace timer."""
+    _received.append(signum)
+    if len(_received) > 1:
+        stop_now(signum, "a second signal")
+    timer = threading.Timer(GRACE_S, stop_now, (signum, f"the clean-up took over {GRACE_S:g} s"))
+    timer.daemon = True
+    timer.start()
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    _count(signum)
+    raise Interrupted(signum, _where.get("stage"))
+
+
+def run_async(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(main)`; a SIGINT or SIGTERM meanwhile cancels `main`, waits for it to end, then
+    goes to the handler it would have gone to (which raises: Interrupted, Prefect's
+    TerminationSignal, KeyboardInterrupt). A signal left to the system's default is left alone."""
+    displaced: dict[int, Callable] = {}
+    got, cancel = _in_loop, []
+    got.clear()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        previous = displaced[signum]
+        if previous is _on_signal:
+            _count(signum)  # a second signal stops at once
+        elif got:
+            previous(signum, frame)  # a second signal: that handler's way, now
+        got.append(signum)
+        if cancel:
+            with contextlib.suppress(RuntimeError):  # the loop is closing: nothing left to cancel
+                cancel[0]()
+
+    async def cancellable() -> T:
+        task, loop = asyncio.current_task(), asyncio.get_running_loop()
+        assert task is not None
+        cancel.append(lambda: loop.call_soon_threadsafe(task.cancel))
+        if got:  # it came while the loop started
+            task.cancel()
+        return await main
+
+    if threading.current_thread() is threading.main_thread():
+        for signum in NAMES:
+            if callable(handler := signal.getsignal(signum)):
+                displaced[signum] = handler
+                signal.signal(signum, on_signal)
+    try:
+        result = asyncio.run(cancellable())
+    except asyncio.CancelledError:
+        if not got:
+            raise
+    finally:
+        for signum, handler in displaced.items():
+            signal.signal(signum, handler)
+    if got:  # cancelled (or done before the cancellation reached it): now the signal's handler
+        if displaced[got[0]] is _on_signal:
+            raise Interrupted(got[0], _where.get("stage"))
+        displaced[got[0]](got[0], None)
+        raise KeyboardInterrupt(f"signal {got[0]}")  # a handler that did not raise
+    return result
+
+
+def stop_now(signum: int, why: str) -> None:
+    """End every process this one started, say so in one line, and exit with the signal's code."""
+    kill_descendants()
+    print(f"interrupted ({NAMES.get(signum, signum)}): stopped at once ({why})", file=sys.stderr, flush=True)
+    os._exit(exit_code(signum))
+
+
+def kill_descendants(timeout: float = 3.0) -> list[int]:
+    """Terminate every process this one started (and theirs), then kill what is left after
+    `timeout` seconds. Returns the pids that were running."""
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.terminate()
+    _, alive = psutil.wait_procs(children, timeout=timeout)
+    for child in alive:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    return [c.pid for c in children]
+
+
+def run_in_own_session(
+    cmd: list[str], env: dict[str, str] | None = None, started: Callable[[], None] | None = None
+) -> None:
+    """`subprocess.run(cmd, check=True)`, with the child and everything it starts (a launcher's
+    ranks) in a session of their own: on an interrupt or any error they are all ended together,
+    and a terminal's Ctrl-C reaches them only through this process. `started` is called once the
+    child runs."""
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    try:
+        if started is not None:
+            started()
+        code = proc.wait()
+    except BaseException:
+        _end_session(proc)
+        raise
+    if code != 0:
+        raise subprocess.CalledProcessError(code, cmd)
+
+
+def _end_session(proc: subprocess.Popen, timeout: float = 5.0) -> None:
+    """SIGTERM to the child's session, then SIGKILL to what is left of it (a launcher that exits
+    at once may leave its ranks running)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=timeout)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
