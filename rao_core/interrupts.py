@@ -201,13 +201,15 @@ def run_in_own_session(
         raise subprocess.CalledProcessError(code, cmd)
 
 
-def _end_session(proc: subprocess.Popen, timeout: float = 5.0) -> None:
-    """SIGTERM to the child's session, then SIGKILL to what is left of it (a launcher that exits
-    at once may leave its ranks running)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=timeout)
+def _end_session(proc: subprocess.Popen) -> None:
+    """Kill the child, its session and every process under it outright (a launcher would print a
+    traceback for SIGTERM, and torchrun's ranks run in sessions of their own). The ranks write
+    nothing that needs an ending: a checkpoint is built in a temporary folder, which the next
+    attempt removes."""
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                child.kill()
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()

@@ -10,6 +10,8 @@ whole process group; the others go to its main process alone.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
 import shutil
@@ -18,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,10 +51,18 @@ class Interrupted:
     seconds: float
     stderr: list[str]
     children: list[psutil.Process]  # what the command ran when it was signalled
+    commands: list[str]  # their command lines
 
 
-def interrupt(args: list[str], stage: str, how: str, env: dict[str, str]) -> Interrupted:
-    """Run `rao ARGS`, wait until it holds at `stage`, signal it `how`, and wait for it to end."""
+def interrupt(
+    args: list[str],
+    stage: str,
+    how: str,
+    env: dict[str, str],
+    until: Callable[[list[str]], bool] | None = None,
+) -> Interrupted:
+    """Run `rao ARGS`, wait until it holds at `stage` (and, with `until`, until the command lines
+    of what it runs satisfy it), signal it `how`, and wait for it to end."""
     signum, group = SIGNALS[how]
     proc = subprocess.Popen(
         [*RAO, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -70,7 +81,11 @@ def interrupt(args: list[str], stage: str, how: str, env: dict[str, str]) -> Int
     threading.Thread(target=read, daemon=True).start()
     try:
         assert paused.wait(timeout=300) and proc.poll() is None, "\n".join(lines[-30:])
-        children = psutil.Process(proc.pid).children(recursive=True)
+        children, commands = running(proc.pid)
+        while until is not None and not until(commands):
+            assert proc.poll() is None, "\n".join(lines[-30:])
+            time.sleep(0.1)
+            children, commands = running(proc.pid)
         start = time.monotonic()
         (os.killpg if group else os.kill)(proc.pid, signum)
         proc.wait(timeout=GRACE_S + 30)  # the grace timer ends it by then, whatever happened
@@ -80,7 +95,19 @@ def interrupt(args: list[str], stage: str, how: str, env: dict[str, str]) -> Int
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     time.sleep(0.2)  # the reader's last lines
-    return Interrupted(proc.returncode, seconds, lines, children)
+    return Interrupted(proc.returncode, seconds, lines, children, commands)
+
+
+def running(pid: int) -> tuple[list[psutil.Process], list[str]]:
+    """The processes `pid` started (and theirs), and their command lines."""
+    children = psutil.Process(pid).children(recursive=True)
+    commands = []
+    for p in children:
+        try:
+            commands.append(" ".join(p.cmdline()))
+        except psutil.NoSuchProcess:
+            commands.append("(gone)")
+    return children, commands
 
 
 def check_clean_end(got: Interrupted, how: str, stage: str, run_dir: Path | None) -> None:
@@ -97,8 +124,15 @@ def check_clean_end(got: Interrupted, how: str, stage: str, run_dir: Path | None
     if run_dir is not None:
         assert got.stderr[-1].endswith("the same command continues from there")
         assert runlock.holder(run_dir) is None
-    left = [p for p in got.children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    assert not left, [p.cmdline() for p in left]
+    left = [c for p, c in zip(got.children, got.commands, strict=True) if alive(p)]
+    assert not left, left
+
+
+def alive(p: psutil.Process) -> bool:
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def campaign_status(cfg) -> str | None:
@@ -200,9 +234,9 @@ def test_a_launched_train_stage_ends_with_its_ranks(prefect_env, finished, tmp_p
     runs = resuming_at(finished, tmp_path / "runs", "checkpoints/version=1")
     ov = [f"runs_dir={runs}", *TOY_RUN, f"train.accelerate_config={DDP_CPU}"]
     stage = "training of round 0 (launched"
-    got = interrupt(["train", *sets(ov)], stage, "ctrl-c", prefect_env)
+    ranks_run = lambda commands: sum("rao_core.train.stage" in c for c in commands) == 3  # noqa: E731
+    got = interrupt(["train", *sets(ov)], stage, "ctrl-c", prefect_env, until=ranks_run)  # torchrun, 2 ranks
     TIMES["toy train-training-launched, ctrl-c"] = got.seconds
-    assert any("torchrun" in " ".join(p.cmdline()) for p in got.children), [p.cmdline() for p in got.children]
     check_clean_end(got, "ctrl-c", stage, load_config(overrides=ov).run_dir)
 
 
@@ -214,7 +248,7 @@ def test_the_start_of_the_temporary_prefect_server(tmp_path):
     stage = "the start of the temporary Prefect server"
     got = interrupt(["train", *sets([f"runs_dir={tmp_path}", *TOY_RUN])], stage, "ctrl-c", env)
     TIMES["the temporary Prefect server's start, ctrl-c"] = got.seconds
-    assert any("prefect.server.api.server:create_app" in p.cmdline() for p in got.children)
+    assert any("prefect.server.api.server:create_app" in c for c in got.commands), got.commands
     check_clean_end(got, "ctrl-c", stage, None)
     assert got.stderr[-1].endswith("no run folder was written yet")
 
@@ -237,13 +271,76 @@ def test_the_default_policy_ends_cleanly_and_resumes(prefect_env, tmp_path):
         TIMES[f"default policy: {stage.split(' (')[0]}, {how}"] = got.seconds
         check_clean_end(got, how, stage, cfg.run_dir)
         assert campaign_status(cfg) == "KILLED"
-        commands = [" ".join(p.cmdline()) for p in got.children]
         if stage.startswith(("rollout", "evaluation")):  # what the trees ran on, now ended
-            assert sum("rao_core.engines.hf_process" in c for c in commands) == 2, commands
-            assert any("sandbox/worker.py" in c for c in commands), commands
+            assert sum("rao_core.engines.hf_process" in c for c in got.commands) == 2, got.commands
+            assert any("sandbox/worker.py" in c for c in got.commands), got.commands
     done = subprocess.run([*RAO, "train", *sets(ov)], env=prefect_env, capture_output=True, text=True,
                           timeout=900)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     for what in ("round 0 rollout: reused", "round 0 score: reused", "round 0 train: reused"):
         assert what in done.stderr, done.stderr[-3000:]
     assert campaign_status(cfg) == "FINISHED" and cfg.layout.completed_rounds() == 1
+
+
+def flow_run_state(flow_run_id) -> str:
+    from prefect.client.orchestration import get_client
+
+    async def read() -> str:
+        async with get_client() as client:
+            return (await client.read_flow_run(flow_run_id)).state.type.value
+
+    return asyncio.run(read())
+
+
+def test_a_cancel_from_the_ui_ends_the_flow_run(prefect_env, finished, tmp_path):
+    """`rao serve`, a run of the train deployment, and the UI's Cancel (the flow run set to
+    Cancelling) while its trees run: the flow run ends Cancelled, with nothing it started left
+    running, the folder free for the next run and the MLflow run KILLED."""
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+    from prefect.states import Cancelling
+
+    runs = resuming_at(finished, tmp_path / "runs", "rollouts/round=0")
+    ov = [f"runs_dir={runs}", *TOY_RUN]
+    cfg = load_config(overrides=ov)
+    env = {**prefect_env, PAUSE_AT: "rollout of round 0 (1 of", "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
+    log = open(tmp_path / "serve.log", "w")  # noqa: SIM115 (closed below)
+    serve = subprocess.Popen(
+        [*RAO, "serve", *sets(ov)], env=env, stdout=log, stderr=log, start_new_session=True
+    )
+    try:
+        flow_run = None
+        while flow_run is None:  # the deployments exist once `rao serve` has registered them
+            assert serve.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+            with contextlib.suppress(Exception):
+                flow_run = run_deployment("rao-train/train", timeout=0)
+            time.sleep(0.5)
+        while (record := runlock.holder(cfg.run_dir)) is None or "progress" not in record:
+            assert flow_run_state(flow_run.id) not in ("COMPLETED", "FAILED", "CRASHED")
+            time.sleep(0.2)  # until the flow run's process holds at its stage
+        children, commands = running(record["pid"])
+        children.append(psutil.Process(record["pid"]))
+        commands.append("the flow run's process")
+
+        async def cancel() -> None:  # what the UI's Cancel does
+            async with get_client() as client:
+                await client.set_flow_run_state(flow_run.id, Cancelling(), force=True)
+
+        asyncio.run(cancel())
+        start = time.monotonic()
+        while (state := flow_run_state(flow_run.id)) != "CANCELLED":
+            assert time.monotonic() - start < 120, state  # the runner's poll, then its kill
+            time.sleep(0.5)
+        TIMES["the UI's Cancel of a served flow run"] = time.monotonic() - start
+    finally:
+        os.killpg(serve.pid, signal.SIGINT)
+        serve.wait(timeout=60)
+        log.close()
+    left = [c for p, c in zip(children, commands, strict=True) if alive(p)]
+    assert not left, left
+    assert runlock.holder(cfg.run_dir) is None
+    assert campaign_status(cfg) == "KILLED"
+    assert any("sandbox/worker.py" in c for c in commands), commands
+    served = (tmp_path / "serve.log").read_text()
+    for bad in ("Traceback", "Task was destroyed", "Error logging to API"):
+        assert bad not in served, served[-3000:]
