@@ -14,9 +14,10 @@ from pathlib import Path
 from prefect import flow, unmapped
 from prefect.task_runners import TaskRunner
 
-from rao_core import campaign, runlock, tracking
+from rao_core import campaign, interrupts, runlock, tracking
 from rao_core.run import Run
 from rao_core.stages import report
+from rao_core.stages.common import note
 from rao_core.store.parquet import is_complete
 from tasks import stages
 
@@ -56,6 +57,7 @@ def ray_session(run: Run):
         yield
         return
     ray.init(address=run.config.rollout.ray_address or None)
+    interrupts.reinstall()  # Ray's driver takes SIGTERM for itself: `rao` ends it as any interrupt
     try:
         yield
     finally:
@@ -89,6 +91,7 @@ def shards_flow(run: Run, stage: str, index: int) -> list[str]:
 
 
 def shards_on_ray(run: Run, stage: str, index: int) -> None:
+    note(run, f"rollout of round {index}" if stage == "rollout" else f"evaluation of version {index}")
     shards_flow.with_options(name=f"rao-{stage}-shards", task_runner=ray_runner(run))(run, stage, index)
 
 
@@ -176,7 +179,7 @@ def rollout_flow(config: str | None = None, overrides: list[str] | None = None, 
     """Round `round_`'s rollout (with that round's policy checkpoint), on Ray with
     `rollout.runner=ray`: the scale-out path without training."""
     run = _run(config, overrides)
-    with writing([run], "rao rollout"), campaign.engines(run):
+    with writing([run], "rao rollout"), campaign.engines(run), ray_session(run):
         stages.synthesize(run)
         return rollout(run, round_)
 

@@ -58,6 +58,7 @@ class Interrupted(KeyboardInterrupt):
 _received: list[int] = []  # the signals `rao`'s handler received in this process
 _where: dict[str, str] = {}  # the run folder written and its stage (runlock), for the exit line
 _in_loop: list[int] = []  # the signals the running `run_async` loop received
+_installed: list[bool] = []  # whether `install` ran in this process
 
 
 def install() -> None:
@@ -65,6 +66,14 @@ def install() -> None:
     if threading.current_thread() is threading.main_thread():
         for signum in NAMES:
             signal.signal(signum, _on_signal)
+        _installed.append(True)
+
+
+def reinstall() -> None:
+    """After a library that takes the signals for itself (`ray.init` exits on SIGTERM): give them
+    back to `rao`'s handler, where it was installed."""
+    if _installed:
+        install()
 
 
 def note(stage: str, run_dir: Path | None = None) -> None:

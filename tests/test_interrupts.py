@@ -33,6 +33,7 @@ from rao_core.interrupts import GRACE_S, PAUSE_AT
 from rao_core.run import load_config
 from rao_core.tracking import Tracker
 from tests.conftest import TOY
+from tests.test_flows import WARMSTART
 
 pytestmark = pytest.mark.slow  # each case is a `rao` process: 10-40 s
 
@@ -66,7 +67,7 @@ def interrupt(
     signum, group = SIGNALS[how]
     proc = subprocess.Popen(
         [*RAO, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        env={**env, PAUSE_AT: stage}, start_new_session=True,
+        env={**env, PAUSE_AT: stage} if stage else env, start_new_session=True,
     )  # fmt: skip
     lines: list[str] = []
     paused = threading.Event()
@@ -79,6 +80,8 @@ def interrupt(
         paused.set()  # it ended without pausing: the assertion below says so
 
     threading.Thread(target=read, daemon=True).start()
+    if not stage:
+        paused.set()  # no pause: `until` alone says when
     try:
         assert paused.wait(timeout=300) and proc.poll() is None, "\n".join(lines[-30:])
         children, commands = running(proc.pid)
@@ -224,6 +227,21 @@ def test_a_toy_command_ends_cleanly_at_every_stage(prefect_env, finished, tmp_pa
         assert campaign_status(cfg) == "KILLED"
 
 
+def test_a_warm_start_trained_in_the_run_ends_cleanly(prefect_env, tmp_path):
+    """policy.model=warmstart, signalled while its expert trees run (REPL workers up)."""
+    ov = [f"runs_dir={tmp_path}", *TOY_RUN, "policy.model=warmstart", *WARMSTART]
+    run_dir = load_config(overrides=ov).run_dir
+
+    def expert_trees_run(commands: list[str]) -> bool:
+        at = runlock.holder(run_dir) or {}
+        return at.get("stage") == "warm start" and any("sandbox/worker.py" in c for c in commands)
+
+    got = interrupt(["train", *sets(ov)], "", "sigterm", prefect_env, until=expert_trees_run)
+    TIMES["toy train-warm-start, sigterm"] = got.seconds
+    check_clean_end(got, "sigterm", "warm start", run_dir)
+    assert not (run_dir / "checkpoints" / "warmstart" / "model").exists()
+
+
 ROOT = Path(__file__).resolve().parents[1]
 DDP_CPU = ROOT / "configs" / "accelerate" / "ddp-cpu.yaml"
 
@@ -344,3 +362,29 @@ def test_a_cancel_from_the_ui_ends_the_flow_run(prefect_env, finished, tmp_path)
     served = (tmp_path / "serve.log").read_text()
     for bad in ("Traceback", "Task was destroyed", "Error logging to API"):
         assert bad not in served, served[-3000:]
+
+
+@pytest.mark.vllm
+def test_a_rollout_on_vllm_ends_with_its_server(tmp_path, vllm_python):
+    """policy.kind=vllm: Ctrl-C while the trees run on the server; the server (in a session of its
+    own, under its watchdog) is stopped with the command."""
+    ov = [f"runs_dir={tmp_path}", "policy.kind=vllm", "rollout.num_tasks=2", "rollout.group_size=2",
+          "tracking.enabled=false"]  # fmt: skip
+    stage = "rollout of round 0 (1 of"
+    got = interrupt(["rollout", "--no-progress", *sets(ov)], stage, "ctrl-c", dict(os.environ))
+    TIMES["default policy on vLLM: rollout of round 0, ctrl-c"] = got.seconds
+    assert any("vllm.entrypoints.openai.api_server" in c for c in got.commands), got.commands
+    check_clean_end(got, "ctrl-c", stage, load_config(overrides=ov).run_dir)
+
+
+@pytest.mark.slow
+def test_a_rollout_on_ray_ends_with_its_workers(tmp_path):
+    """rollout.runner=ray (a local Ray instance, 2 shards as Ray tasks): SIGTERM while the shards
+    run in Ray's workers; Ray is shut down with the command."""
+    ov = [f"runs_dir={tmp_path}", *TOY_RUN, "rollout.runner=ray", "rollout.shards=2", "rollout.num_tasks=2", "eval.num_tasks=2",
+          "tracking.enabled=false"]  # fmt: skip
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
+    shards_run = lambda commands: any("ray::" in c and "rollout" in c for c in commands)  # noqa: E731
+    got = interrupt(["rollout", *sets(ov)], "", "sigterm", env, until=shards_run)
+    TIMES["toy rollout on Ray, sigterm"] = got.seconds
+    check_clean_end(got, "sigterm", "rollout of round 0", load_config(overrides=ov).run_dir)
