@@ -15,6 +15,50 @@ def small_model(tok, seed: int = 0):
     return build_tiny_model(tok, seed=seed, hidden=64, layers=2, heads=2, kv_heads=1, intermediate=128)
 
 
+def gqa_model(tok, kv_heads: int, seed: int = 0):
+    """Grouped-query heads as the real models have them: 16 query heads over `kv_heads` K/V heads
+    (Qwen3-0.6B: 8; the shipped tiny models: 4 over 2), head_dim 32, 2 layers."""
+    return build_tiny_model(
+        tok, seed=seed, hidden=64, layers=2, heads=16, kv_heads=kv_heads, intermediate=128
+    )
+
+
+class ReplayedGraphs:
+    """A CPU stand-in for hf_static.CUDAGraphs (CUDA graphs do not run here), so that the static
+    path's capture and replay logic runs in the CPU suite: `record` returns a replay that runs the
+    step again into the same output tensors (a graph replay overwrites its outputs), and checks that
+    the engine's K/V slots are still the allocation it was recorded against (a graph reads fixed
+    addresses). `replay_error` / `record_error`: what the next replay or record raises."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.recorded: list[tuple[int, int]] = []  # (rows, columns) of each recording
+        self.replays = 0
+        self.replay_error: BaseException | None = None
+        self.record_error: BaseException | None = None
+
+    def warm_up(self, fn) -> None:
+        fn()
+
+    def record(self, fn):
+        if self.record_error is not None:
+            raise self.record_error
+        slots = self.engine._slots
+        address = slots.kv.data_ptr()
+        out = fn()
+        self.recorded.append((out[0].shape[0], slots._length))
+
+        def replay() -> None:
+            if self.replay_error is not None:
+                raise self.replay_error
+            assert self.engine._slots.kv.data_ptr() == address, "a graph replayed over freed K/V slots"
+            self.replays += 1
+            for dst, src in zip(out, fn(), strict=True):
+                dst.copy_(src)
+
+        return replay, out
+
+
 def chain_model(tok, text: str = CHAIN_TEXT):
     """A model that deterministically continues `text`: attention and MLP outputs are zeroed, so the
     last hidden state is the current token's embedding, and the untied head maps token i of `text`
