@@ -120,7 +120,7 @@ class HFEngine(Policy):
         max_batch_size: int = 64,
         max_batch_tokens: int = 65536,
         context_limit: int | None = None,
-        prefix_cache_tokens: int = 65536,
+        prefix_cache_tokens: int = kv_budget.PREFIX_TOKENS,
         seed: int = 0,
         version: int = 0,
         cpu_threads: int | None = 1,

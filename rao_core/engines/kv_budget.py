@@ -14,6 +14,7 @@ from __future__ import annotations
 # memory pool and the allocator's slack.
 KV_SHARE = 0.6
 MIN_COLUMNS = 256  # fewer: the rows could not hold a system prompt and a turn; refused
+PREFIX_TOKENS = 65536  # the engine's store of finished conversations' K/V (HFEngine.prefix_cache_tokens)
 
 
 def column_bytes(layers: int, kv_dim: int, dtype_bytes: int) -> int:

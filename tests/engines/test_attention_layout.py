@@ -7,7 +7,7 @@ its output transposed in memory; a `.view` of it raises with grouped-query heads
 under 16 query heads, as Qwen3's). Here SDPA is wrapped to return the same values in that layout,
 and the engine runs on both decode paths, greedy tokens against model.generate's, and a rollout
 round through the `rao` command. The eligibility rules of `can_use_mem_efficient_attention` are
-written out below (torch's CPU build cannot evaluate them: `torch.backends.cuda
+written out in tests/engines/__init__.py (torch's CPU build cannot evaluate them: `torch.backends.cuda
 .can_use_efficient_attention` answers False without a GPU); the gpu tier asks torch itself
 (tests/engines/test_hf_cuda.py).
 """
@@ -20,62 +20,18 @@ import random
 import pyarrow.parquet as pq
 import pytest
 import torch
-import torch.nn.functional as F
 
 from rao_core.engines.hf import HFEngine
 from rao_core.models.tokenizer import tiny_tokenizer
-from tests.engines import gqa_model, req
+from tests.engines import efficient_refusals, gqa_model, record_sdpa, req
 
 TOK = tiny_tokenizer()
-SDPA = F.scaled_dot_product_attention
 
 
 @pytest.fixture
 def efficient_layout(monkeypatch) -> list[dict]:
-    """SDPA returning the memory-efficient kernel's layout ((b, heads, t, d) values stored as
-    (b, t, heads, d)); returns the record of every call: its tensors and arguments."""
-    calls: list[dict] = []
-
-    def transposed(
-        query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
-    ):
-        calls.append(
-            dict(q=query, k=key, v=value, mask=attn_mask, dropout=dropout_p, causal=is_causal, gqa=enable_gqa)
-        )
-        out = SDPA(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
-        return out.transpose(1, 2).contiguous().transpose(1, 2)
-
-    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", transposed)
-    return calls
-
-
-def efficient_refusals(call: dict) -> list[str]:
-    """Why CUDA's memory-efficient kernel would refuse a call: the dense-input constraints of
-    torch's can_use_mem_efficient_attention (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp),
-    taken at their strictest across the torch releases the project runs on (2.11 to 2.13): grouped
-    heads and `enable_gqa` are refused, and the alignment is an sm80 GPU's in half precision."""
-    q, k, v, mask = call["q"], call["k"], call["v"], call["mask"]
-    align = 8 if q.dtype in (torch.float16, torch.bfloat16) else 4
-    why = []
-    if not all(t.dim() == 4 for t in (q, k, v)):
-        why.append("query, key and value must be 4-D")
-    elif not (q.shape[0] == k.shape[0] == v.shape[0] and q.shape[1] == k.shape[1] == v.shape[1]):
-        why.append(f"batch and heads must match: {tuple(q.shape)} {tuple(k.shape)} {tuple(v.shape)}")
-    if call["gqa"]:
-        why.append("enable_gqa")
-    if q.shape[-1] != k.shape[-1] or q.shape[-1] % align or v.shape[-1] % align:
-        why.append(f"head_dim {q.shape[-1]} not a multiple of {align}")
-    if any(t.stride(-1) != 1 for t in (q, k, v)):
-        why.append("last dimension not contiguous")
-    if any(t.storage_offset() % align for t in (q, k, v)):
-        why.append("storage offset not aligned")
-    if 0 in (q.shape[2], k.shape[2]):
-        why.append("an empty sequence")
-    if q.dtype not in (torch.float16, torch.bfloat16, torch.float32) or k.dtype != q.dtype:
-        why.append(f"dtype {q.dtype}")
-    if mask is not None and (mask.dtype not in (torch.bool, q.dtype) or mask.stride(-1) != 1):
-        why.append("mask neither boolean nor of the query's dtype, or not contiguous in its last dimension")
-    return why
+    """SDPA returning the memory-efficient kernel's layout; the record of every call."""
+    return record_sdpa(monkeypatch, transposed=True)
 
 
 def two_turns(engine: HFEngine, prompts: list[list[int]], new: int) -> tuple[list, list]:
