@@ -34,10 +34,11 @@ import warnings
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from rao_core.engines import hf_batch
+from rao_core.engines import kv_slots
 from rao_core.engines.hf import HFEngine, _Seq
-from rao_core.engines.hf_batch import Batch, KVSlots
+from rao_core.engines.hf_batch import Batch
 from rao_core.engines.hf_static import request_key
+from rao_core.engines.kv_slots import KVSlots
 from rao_core.models.tiny import build_tiny_model
 from rao_core.models.tokenizer import tiny_tokenizer
 from rao_core.policy import GenerationRequest
@@ -253,15 +254,15 @@ def main() -> None:
         variants |= {"static, eager, any attention": ("static", {"cuda_graphs": False}),
                      "static, eager": ("static", {"cuda_graphs": False})}  # fmt: skip
     for name, (path, kw) in variants.items():
-        keep = hf_batch.CUDA_ATTENTION
-        hf_batch.CUDA_ATTENTION = None if name.endswith("any attention") else keep
+        keep = kv_slots.CUDA_ATTENTION
+        kv_slots.CUDA_ATTENTION = None if name.endswith("any attention") else keep
         eng = engine(path, **kw)
         try:
             rates[name] = tokens_per_s(
                 eng, a.rows, a.prompt, steps if path == "static" else max(1, steps // 8)
             )
         finally:
-            hf_batch.CUDA_ATTENTION = keep
+            kv_slots.CUDA_ATTENTION = keep
         if name == "static":
             captures = (
                 f"graph captures {eng.stats.graph_captures}, fallbacks to eager {eng.stats.graph_fallbacks}"

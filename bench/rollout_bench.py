@@ -40,8 +40,8 @@ from rao_core.campaign import engines
 from rao_core.config import RunConfig
 from rao_core.engines import engine_processes
 from rao_core.engines.hf import HFEngine
-from rao_core.engines.hf_batch import KVSlots, KVSpec, forward_in_slots
 from rao_core.engines.hf_static import StaticDecode, column_bucket
+from rao_core.engines.kv_slots import KVSlots, KVSpec, forward_in_slots
 from rao_core.envs.suites import open_suite
 from rao_core.eval.metrics import load_round, summarize
 from rao_core.run import Run, load_config

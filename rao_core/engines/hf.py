@@ -8,7 +8,7 @@ cells meanwhile):
 - continuous batching: before every step, pending requests are admitted (up to max_batch_size
   sequences and max_batch_tokens of prompt + new tokens), prefilled together and merged into the
   running batch; a node that comes back from its cell joins the next step, not the next batch;
-- K/V in fixed slots (hf_batch.KVSlots): a row per running sequence, position p at column p, so a
+- K/V in fixed slots (kv_slots.KVSlots): a row per running sequence, position p at column p, so a
   decode step writes one column per row and nothing is copied when rows join or leave; decode
   attention runs per K/V head, in runs of rows of similar length;
 - K/V reuse: a node's next prompt is its last prompt + reply + observation, so a finished row's
@@ -48,17 +48,16 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rao_core.engines import kv_budget
-from rao_core.engines.hf_batch import (
+from rao_core.engines.hf_batch import Batch, Prefixes, StopCheck
+from rao_core.engines.hf_static import StaticDecode, request_key, sample_rows
+from rao_core.engines.kv_slots import (
     ATTENTION,
-    Batch,
     KVSlots,
     KVSpec,
-    Prefixes,
-    StopCheck,
     check_full_attention,
+    fixed_shape,
     forward_in_slots,
 )
-from rao_core.engines.hf_static import StaticDecode, request_key, sample_rows
 from rao_core.models.tiny import load_checkpoint, resolve_model
 from rao_core.policy import Generation, GenerationRequest, Policy
 
@@ -155,10 +154,12 @@ class HFEngine(Policy):
         static = decode == "static" or (decode == "auto" and self.device.type == "cuda")
         self.stats = EngineStats()
         self.static = StaticDecode(model, max_batch_size, cuda_graphs, self.stats) if static else None
-        self.kv_spec = KVSpec.of(model)
-        self.slot_shape = self._slot_shape(slot_memory)  # (rows, columns) of fixed slots, or None
-        self._slots: KVSlots | None = None
-        if self.slot_shape:
+        self.kv_spec, self.slot_shape, self._slots = KVSpec.of(model), None, None
+        if slot_memory is not None or (static and self.device.type == "cuda"):  # fixed (rows, columns)
+            free = torch.cuda.mem_get_info(self.device)[0] if slot_memory is None else slot_memory
+            self.slot_shape = fixed_shape(
+                self.kv_spec, max_batch_size, self.context_limit, prefix_cache_tokens, free
+            )
             self.context_limit = min(self.context_limit, self.slot_shape[1])
         self.stops = StopCheck(self._decode)
         eos = model.generation_config.eos_token_id
@@ -179,23 +180,6 @@ class HFEngine(Policy):
     def from_pretrained(cls, path: str | Path, tokenizer=None, device="auto", dtype="auto", **kw) -> HFEngine:
         model, tok = load_checkpoint(resolve_model(str(path)), device, dtype)
         return cls(model, tokenizer or tok, **kw)
-
-    def _slot_shape(self, memory: int | None) -> tuple[int, int] | None:
-        """Fixed slots' (rows, columns): max_batch_size rows, columns from `memory` (on CUDA's
-        static path by default, the memory free now: the weights are loaded) less the prefix
-        store, at most the context limit (kv_budget.py). Refused in one line when too few."""
-        if memory is None and not (self.static is not None and self.device.type == "cuda"):
-            return None
-        if memory is None:
-            memory = torch.cuda.mem_get_info(self.device)[0]
-        spec, rows = self.kv_spec, self.max_batch_size
-        width = torch.empty(0, dtype=spec.dtype).element_size()
-        col = kv_budget.column_bytes(spec.layers, spec.kv_heads * spec.head_dim, width)
-        cols = kv_budget.slot_columns(memory, rows, col, self.context_limit, self.prefixes.max_tokens)
-        why = kv_budget.refusal(rows, cols, memory / 2**30)
-        if why:
-            raise ValueError(f"HFEngine: {why}")
-        return rows, cols
 
     def new_batch(self) -> Batch:
         """An empty running batch: over growing slots of its own, or over the engine's one fixed

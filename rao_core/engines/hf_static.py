@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import torch
 
-from rao_core.engines.hf_batch import KVSlots, forward_in_slots
+from rao_core.engines.kv_slots import KVSlots, forward_in_slots
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import torch
 
 from rao_core.engines import kv_budget
 from rao_core.engines.hf import HFEngine
-from rao_core.engines.hf_batch import KVSpec, StopCheck, completes_stop
+from rao_core.engines.hf_batch import StopCheck, completes_stop
 from rao_core.engines.hf_static import (
     column_bucket,
     invert_cdf,
@@ -24,6 +24,7 @@ from rao_core.engines.hf_static import (
     sample_rows,
     uniform,
 )
+from rao_core.engines.kv_slots import KVSpec
 from rao_core.models.tiny import build_tiny_model
 from rao_core.models.tokenizer import tiny_tokenizer
 from tests.engines import ReplayedGraphs, gqa_model, req, small_model
