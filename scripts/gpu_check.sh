@@ -15,7 +15,8 @@
 #                  step against the memory plan
 #   rao-train      `rao train`, 1 round, on a bf16 copy of the shipped small-warmstart at lr 3e-6
 #   rollout-bench  bench/rollout_bench.py on the device
-#   install-offline  with WHEELHOUSE: `install-offline KEEP=torch,transformers` by KEEP_PYTHON (default python3,
+#   install-offline  with WHEELHOUSE (on a GPU, default wheelhouse/ where it exists): `install-offline
+#                  KEEP=torch,transformers` by KEEP_PYTHON (default python3,
 #                  the machine's) into OUT/venv-keep; then, that venv or else PY, imports transformers, its
 #                  hub and tokenizers and the engine with the network off
 # Results: $OUT/results.json (each part's verdict, seconds, rc and figures); each part's log in $OUT/logs/.
@@ -158,6 +159,7 @@ export DRY=0
 export PY=${PY:-.venv/bin/python} OUT=${OUT:-runs/gpu-check} EXTRA_SETS=${EXTRA_SETS:-}
 export PARTS=${PARTS:-env pytest-gpu decode-bench real-size rao-train rollout-bench install-offline}
 export KEEP_PYTHON=${KEEP_PYTHON:-python3} WHEELHOUSE=${WHEELHOUSE:-}
+[ -z "$WHEELHOUSE" ] && ((!DRY)) && [ -d wheelhouse ] && WHEELHOUSE=wheelhouse  # make wheelhouse's default folder
 if ((DRY)); then
   export DEVICE=${DEVICE:-cpu} BUDGET=${BUDGET:-360} FILE_TIMEOUT=60
 else

@@ -290,13 +290,13 @@ class HFEngine(Policy):
     # ---- the worker-thread side -------------------------------------------------------------
 
     def _steps(self, st: _LoopState, new: list[_Seq]) -> list[_Seq]:
-        """Steps in one wake of the worker: on while no row finishes and no request waits, so a
-        step does not pay a round trip through the event loop (at most STEPS_PER_WAKE, so that a
-        cancelled node's row stops soon)."""
+        """Steps in one wake of the worker: on while no row finishes and no request waits for a
+        free row, so a step does not pay a round trip through the event loop (at most
+        STEPS_PER_WAKE, so that a cancelled node's row stops soon)."""
         self.stats.wakes += 1
         done = self._step(st.batch, new)
         for _ in range(self.STEPS_PER_WAKE - 1):
-            if done or st.pending or not st.batch.seqs:
+            if done or not st.batch.seqs or (st.pending and len(st.batch.seqs) < self.max_batch_size):
                 break
             done = self._step(st.batch, [])
         return done
