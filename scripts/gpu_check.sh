@@ -16,9 +16,9 @@
 #   rao-train      `rao train`, 1 round, on a bf16 copy of the shipped small-warmstart at lr 3e-6
 #   rollout-bench  bench/rollout_bench.py on the device
 #   install-offline  with WHEELHOUSE (on a GPU, default wheelhouse/ where it exists): `install-offline
-#                  KEEP=torch,transformers` by KEEP_PYTHON (default python3,
-#                  the machine's) into OUT/venv-keep; then, that venv or else PY, imports transformers, its
-#                  hub and tokenizers and the engine with the network off
+#                  KEEP=torch,transformers` by KEEP_PYTHON (default python3, the machine's) into
+#                  OUT/venv-keep; then that venv, or else PY, imports transformers, its hub and tokenizers
+#                  and the engine with the network off
 # Results: $OUT/results.json (each part's verdict, seconds, rc and figures); each part's log in $OUT/logs/.
 # Settings: PY (default .venv/bin/python), OUT (default runs/gpu-check), DEVICE, BUDGET, PARTS (a rerun
 # of some: PARTS="real-size rollout-bench"), EXTRA_SETS (more KEY=VALUE settings for the parts that run
