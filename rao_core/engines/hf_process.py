@@ -49,6 +49,7 @@ class EngineSpec:
     max_batch_tokens: int = 65536
     decode: str = "auto"
     cuda_graphs: bool = True
+    context_limit: int | None = None
 
 
 class EngineProcess:
@@ -310,7 +311,7 @@ async def _serve(inbox_conn: Connection, conn: Connection) -> None:
                 engine = HFEngine.from_pretrained(
                     Path(spec.model), spec.tokenizer, device=spec.device, dtype=spec.dtype,
                     max_batch_size=spec.max_batch_size, max_batch_tokens=spec.max_batch_tokens,
-                    decode=spec.decode, cuda_graphs=spec.cuda_graphs,
+                    decode=spec.decode, cuda_graphs=spec.cuda_graphs, context_limit=spec.context_limit,
                 )  # fmt: skip
                 conn.send((i, True, engine.device.type))
             except Exception as e:
