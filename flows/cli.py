@@ -478,8 +478,9 @@ def temporary_server():
 
 
 def main(argv: list[str] | None = None) -> int:
-    interrupts.install()  # Ctrl-C, SIGINT and SIGTERM: one line, exit 130 or 143 (rao_core/interrupts.py)
     args = parser().parse_args(argv)
+    if args.command != "serve":  # `rao serve` is Prefect's runner, which ends its own flow runs
+        interrupts.install()  # Ctrl-C, SIGINT and SIGTERM: one line, exit 130 or 143 (rao_core/interrupts.py)
     warnings.formatwarning = _warning_line
     try:
         return args.func(args)
