@@ -33,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -59,6 +59,8 @@ _received: list[int] = []  # the signals `rao`'s handler received in this proces
 _where: dict[str, str] = {}  # the run folder written and its stage (runlock), for the exit line
 _in_loop: list[int] = []  # the signals the running `run_async` loop received
 _installed: list[bool] = []  # whether `install` ran in this process
+_loops: dict[int, Callable[[], None]] = {}  # thread -> cancels its running `run_async` loop
+_stops: dict[int, threading.Event] = {}  # thread -> its stop (`stoppable`)
 
 
 def install() -> None:
@@ -119,15 +121,39 @@ def _count(signum: int) -> None:
 
 def _on_signal(signum: int, frame: object) -> None:
     _count(signum)
+    cancel_loops()  # the engine lane's trees, when rounds overlap
     raise Interrupted(signum, _where.get("stage"))
 
 
+def cancel_loops() -> None:
+    """Cancel the `run_async` loops running in other threads (the engine lane's, when rounds
+    overlap): on a signal, or when the campaign's main thread stops."""
+    me = threading.get_ident()
+    for thread, cancel in list(_loops.items()):
+        if thread != me:
+            with contextlib.suppress(RuntimeError):  # that loop is closing: nothing left to cancel
+                cancel()
+
+
+@contextlib.contextmanager
+def stoppable(stop: threading.Event) -> Iterator[None]:
+    """In this thread, a `run_async` loop that starts once `stop` is set is cancelled at once (a
+    loop already running is cancelled by `cancel_loops`)."""
+    _stops[threading.get_ident()] = stop
+    try:
+        yield
+    finally:
+        _stops.pop(threading.get_ident(), None)
+
+
 def run_async(main: Coroutine[Any, Any, T]) -> T:
-    """`asyncio.run(main)`; a SIGINT or SIGTERM meanwhile cancels `main`, waits for it to end, then
-    goes to the handler it would have gone to (which raises: Interrupted, Prefect's
-    TerminationSignal, KeyboardInterrupt). A signal left to the system's default is left alone."""
+    """`asyncio.run(main)`, stoppable. In the main thread a SIGINT or SIGTERM meanwhile cancels
+    `main`, waits for it to end, then goes to the handler it would have gone to (which raises:
+    Interrupted, Prefect's TerminationSignal, KeyboardInterrupt); a signal left to the system's
+    default is left alone. In another thread `cancel_loops` cancels it: it raises Interrupted after
+    a signal, CancelledError otherwise."""
     displaced: dict[int, Callable] = {}
-    got, cancel = _in_loop, []
+    got, thread = _in_loop, threading.get_ident()
     got.clear()
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -137,17 +163,21 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
         elif got:
             previous(signum, frame)  # a second signal: that handler's way, now
         got.append(signum)
-        if cancel:
-            with contextlib.suppress(RuntimeError):  # the loop is closing: nothing left to cancel
-                cancel[0]()
+        cancel_loops()
+        with contextlib.suppress(RuntimeError, KeyError):  # this loop is not running yet, or closing
+            _loops[thread]()
 
     async def cancellable() -> T:
         task, loop = asyncio.current_task(), asyncio.get_running_loop()
         assert task is not None
-        cancel.append(lambda: loop.call_soon_threadsafe(task.cancel))
-        if got:  # it came while the loop started
+        _loops[thread] = lambda: loop.call_soon_threadsafe(task.cancel)
+        stop = _stops.get(thread)
+        if got or _received or (stop is not None and stop.is_set()):  # it came while the loop started
             task.cancel()
-        return await main
+        try:
+            return await main
+        finally:
+            _loops.pop(thread, None)
 
     if threading.current_thread() is threading.main_thread():
         for signum in NAMES:
@@ -157,8 +187,8 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
     try:
         result = asyncio.run(cancellable())
     except asyncio.CancelledError:
-        if not got:
-            raise
+        if not (got or _received):
+            raise  # stopped by `cancel_loops`: the caller's error follows
     finally:
         for signum, handler in displaced.items():
             signal.signal(signum, handler)
@@ -167,6 +197,8 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
             raise Interrupted(got[0], _where.get("stage"))
         displaced[got[0]](got[0], None)
         raise KeyboardInterrupt(f"signal {got[0]}")  # a handler that did not raise
+    if _received:  # a signal `rao` took in the main thread while this (another thread's) loop ran
+        raise Interrupted(_received[0], _where.get("stage"))
     return result
 
 

@@ -324,6 +324,24 @@ class CampaignConfig:
         "shorter; raise it until both arms sample as many tokens (reports/learning_curves.md)",
         ge=0,
     )
+    max_staleness: Int = opt(
+        0,
+        "k: round r samples its trees with policy version max(0, r - k). 0: every round samples "
+        "with the version it trains (rollout, then training, in turn). k >= 1: the engines roll "
+        "out the next rounds and evaluate while the trainer trains (both busy, about max(rollout + "
+        "evaluation, training) a round instead of their sum), at the price of trees up to k "
+        "versions old, corrected by the importance ratio; scoring drops any older tree "
+        "(docs/overlap.md)",
+        ge=0,
+        resume="free",
+    )
+    wait_timeout_s: Float = opt(
+        14400.0,
+        "k >= 1: how long a stage may wait for another's output (a rollout for its checkpoint, the "
+        "trainer for a rollout) before the campaign stops with an error instead of hanging",
+        gt=0,
+        resume="free",
+    )
 
 
 @section

@@ -26,17 +26,19 @@ def placed(policy: PolicyConfig, on_ray: bool) -> PolicyConfig:
 
 
 def open_policy_engine(
-    policy: PolicyConfig, model: Path, context: int | None = None, lora_rank: int = 0, on_ray: bool = False
-) -> tuple[Policy, Any]:
+    policy: PolicyConfig, model: Path, context: int | None = None, lora_rank: int = 0, on_ray: bool = False,
+    role: str = "policy",
+) -> tuple[Policy, Any]:  # fmt: skip
     """An engine serving checkpoint `model` with the settings of `policy` (hf, vllm or openai), with
     the tokenizer that frames the conversation: policy.tokenizer, or with 'auto' the checkpoint's.
-    A vLLM server comes from the current EngineScope (engines/scope.py)."""
+    A vLLM server, and the hf engine's child processes, come from the current EngineScope
+    (engines/scope.py), keyed by `role`."""
     from rao_core.engines import build_engine
     from rao_core.models.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(str(model) if policy.tokenizer == "auto" else policy.tokenizer)
     cfg = dataclasses.replace(placed(policy, on_ray), model=str(model))
-    return build_engine(cfg, tokenizer, context, lora_rank=lora_rank), tokenizer
+    return build_engine(cfg, tokenizer, context, lora_rank=lora_rank, role=role), tokenizer
 
 
 def start_policy_processes(policy: PolicyConfig, on_ray: bool = False) -> None:
