@@ -46,7 +46,8 @@ def temporary_server() -> Iterator[None]:
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}/api"
     try:
-        interrupts.note("the start of the temporary Prefect server")
+        interrupts.note(stage := "the start of the temporary Prefect server")
+        interrupts.pause_at(stage)
         _wait_healthy(proc, url)
         with temporary_settings(updates={PREFECT_API_URL: url}):
             try:

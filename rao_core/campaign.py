@@ -3,6 +3,9 @@
     warm start -> checkpoint v0 -> evaluate v0
     round r:  rollout (v_r) -> score -> train (v_r -> v_r+1) -> evaluate (v_r+1) -> report
 
+With campaign.max_staleness = k >= 1 the rollouts and evaluations run in a lane of their own beside
+the trainer, round r sampling with v_max(0, r-k) (below, "overlapping rounds").
+
 The stages themselves sit side by side in rao_core/stages/; every one writes a file-based output
 marked complete and returns at once when it finds one, so a killed campaign started again continues
 from the last completed stage, and a finished one does nothing. Prefect (flows/, tasks/) chains
@@ -12,7 +15,9 @@ them; MLflow records them (tracking.py). Paths: rao_core/layout.py.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from rao_core.engines.open import start_policy_processes
@@ -33,7 +38,7 @@ def engines(run: Run) -> Iterator[EngineScope]:
     with engine_scope(
         run.layout.logs, max([cfg.agent.max_context_tokens, *cfg.eval.context_limits])
     ) as scope:
-        start_policy_processes(cfg.policy, on_ray=cfg.rollout.runner == "ray")
+        start_policy_processes(cfg.policy, cfg.rollout.runner == "ray", cfg.campaign.max_staleness > 0)
         yield scope
 
 
@@ -79,3 +84,55 @@ def hopeless_start(run: Run) -> str | None:
         "(rollout.group_size) or a higher policy.temperature, and budgets that fit the task "
         "(agent.max_new_tokens, agent.max_steps: docs/own-task.md, 'Sizing your task')"
     )
+
+
+# -- overlapping rounds (campaign.max_staleness = k >= 1, docs/overlap.md) ----------------------
+# Two lanes run side by side: the engine lane (every rollout and every new version's evaluation:
+# everything that samples, on the one set of engines) and the trainer (scoring, training, reports).
+# Round r samples with version max(0, r - k), so the rollout of round r + 1 runs while round r
+# trains. Which version a round samples with depends on k alone, never on timing: a killed run
+# resumed, or run again, samples the same trees.
+@dataclass(frozen=True)
+class EngineJob:
+    """A job of the engine lane: round `index`'s rollout, or version `index`'s evaluation; it
+    waits for checkpoint `needs`, the version it samples with."""
+
+    kind: str  # "rollout" | "evaluate"
+    index: int
+    needs: int
+
+
+def engine_jobs(first: int, rounds: int, k: int) -> list[EngineJob]:
+    """The engine lane's work for rounds first..rounds-1, in the order it runs it: each job as soon
+    as the version it samples with exists, an evaluation before a rollout that waited for the same
+    version (the report of that round needs it; the rollout is needed only a round later)."""
+    jobs = [EngineJob("rollout", r, max(0, r - k)) for r in range(first, rounds)]
+    jobs += [EngineJob("evaluate", v, v) for v in range(first + 1, rounds + 1)]
+    return sorted(jobs, key=lambda j: (j.needs, j.kind != "evaluate", j.index))
+
+
+class LaneStopped(RuntimeError):
+    """The other lane failed, or the campaign stops: this lane ends too."""
+
+
+def wait_until(
+    ready: Callable[[], bool], what: str, timeout_s: float, stopped: Callable[[], str | None],
+    poll_s: float = 0.2,
+) -> None:  # fmt: skip
+    """Wait for the other lane's output: until `ready()`, or raise LaneStopped when `stopped()`
+    says why the other lane ended, or TimeoutError after `timeout_s` (campaign.wait_timeout_s)
+    instead of hanging."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if why := stopped():
+            raise LaneStopped(f"stopped waiting for {what}: {why}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"waited {timeout_s:g} s for {what} (campaign.wait_timeout_s): the other lane is stuck"
+            )
+        time.sleep(poll_s)
+
+
+def checkpoint_ready(run: Run, version: int) -> bool:
+    """Version `version` can be sampled with (0: the warm start, done before the rounds)."""
+    return version == 0 or run.layout.checkpoint_complete(version)

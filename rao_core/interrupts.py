@@ -80,11 +80,15 @@ def reinstall() -> None:
 
 def note(stage: str, run_dir: Path | None = None) -> None:
     """Remember what the command is doing, and the run folder it writes (runlock notes each
-    stage). With RAO_PAUSE_AT_STAGE set to the start of `stage`, wait here for a signal: the hook
-    by which a test interrupts exactly that stage (tests/test_interrupts.py)."""
+    stage), for the line it ends with when interrupted."""
     _where["stage"] = stage
     if run_dir is not None:
         _where["run_dir"] = str(run_dir)
+
+
+def pause_at(stage: str) -> None:
+    """With RAO_PAUSE_AT_STAGE set to the start of `stage`, wait here for a signal: the hook by
+    which a test interrupts exactly that stage (tests/test_interrupts.py)."""
     if (at := os.environ.get(PAUSE_AT)) and stage.startswith(at):
         print(f"paused at {stage} ({PAUSE_AT})", file=sys.stderr, flush=True)
         while not (_received or _in_loop):  # a handler raises here, or (in the trees' loop) counts it

@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from rao_core import interrupts
 from rao_core.layout import RunLayout
 
 _HELD: dict[Path, tuple[IO[str], dict[str, Any]]] = {}  # run folder -> (open lock file, record)
-_NOTED: dict[IO[str], float] = {}  # lock file -> when its progress was last written
+_LANES: dict[Path, dict[int, list]] = {}  # run folder -> thread -> [stage, progress, when noted]
 
 
 class RunBusy(RuntimeError):
@@ -60,8 +61,7 @@ def _read_record(f: IO[str], tries: int = 20) -> dict[str, Any]:
 
 def describe(record: dict[str, Any]) -> str:
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.get("since", 0)))
-    stage = f"{record.get('stage')}" + (f" ({record['progress']})" if record.get("progress") else "")
-    return f"pid {record.get('pid')} ({record.get('command')}), stage {stage}, since {since}"
+    return f"pid {record.get('pid')} ({record.get('command')}), stage {record.get('stage')}, since {since}"
 
 
 @contextlib.contextmanager
@@ -104,35 +104,48 @@ def writing(
         yield
     finally:
         del _HELD[key]
-        _NOTED.pop(f, None)
+        _LANES.pop(key, None)
         f.truncate(0)
         fcntl.flock(f, fcntl.LOCK_UN)
         f.close()
 
 
 def note_stage(run_dir: Path, stage: str) -> None:
-    """Record the stage this process is at (shown by `rao status`, in a refusal, and in the line
-    an interrupted command ends with)."""
-    held = _HELD.get(Path(run_dir).resolve())
-    if held is not None:
-        held[1]["stage"] = stage
-        held[1].pop("progress", None)
-        _write(*held)
-        interrupts.note(stage, Path(run_dir).resolve())
+    """Record the stage this thread is at (shown by `rao status`, in a refusal, and in the line an
+    interrupted command ends with). When rounds overlap, the engine lane's thread and the
+    trainer's each have theirs: the record shows both, `training of round 3 (step 2 of 4),
+    rollout of round 4 (17 of 96 trees)`."""
+    _note(run_dir, stage, None)
 
 
 def note_progress(run_dir: Path, progress: str, every_s: float = 1.0) -> None:
-    """Record how far the current stage is ("12 of 96 trees", "step 3 of 8"): written at most once
-    every `every_s` seconds (and always the first time)."""
-    held = _HELD.get(Path(run_dir).resolve())
+    """Record how far this thread's stage is ("12 of 96 trees", "step 3 of 8"): written at most
+    once every `every_s` seconds (and always the first time)."""
+    key = Path(run_dir).resolve()
+    lane = _LANES.get(key, {}).get(threading.get_ident())
+    if lane is None:
+        return
+    now = time.monotonic()
+    if lane[1] is not None and now - lane[2] < every_s:
+        return
+    _note(run_dir, lane[0], progress)
+
+
+def _note(run_dir: Path, stage: str, progress: str | None) -> None:
+    key = Path(run_dir).resolve()
+    held = _HELD.get(key)
     if held is None:
         return
-    record, now = held[1], time.monotonic()
-    if "progress" in record and now - _NOTED.get(held[0], 0.0) < every_s:
-        return
-    record["progress"], _NOTED[held[0]] = progress, now
+    lanes = _LANES.setdefault(key, {})
+    alive = {t.ident for t in threading.enumerate()}
+    for thread in [t for t in lanes if t not in alive]:  # a lane that ended
+        del lanes[thread]
+    lanes[threading.get_ident()] = [stage, progress, time.monotonic()]
+    shown = [f"{s} ({p})" if p else s for s, p, _ in lanes.values()]
+    held[1]["stage"] = ", ".join(shown)
     _write(*held)
-    interrupts.note(f"{record['stage']} ({progress})", Path(run_dir).resolve())
+    interrupts.note(held[1]["stage"], key)
+    interrupts.pause_at(shown[list(lanes).index(threading.get_ident())])
 
 
 def _write(f: IO[str], record: dict[str, Any]) -> None:

@@ -333,7 +333,7 @@ def test_a_cancel_from_the_ui_ends_the_flow_run(prefect_env, finished, tmp_path)
             with contextlib.suppress(Exception):
                 flow_run = run_deployment("rao-train/train", timeout=0)
             time.sleep(0.5)
-        while (record := runlock.holder(cfg.run_dir)) is None or "progress" not in record:
+        while (record := runlock.holder(cfg.run_dir)) is None or "trees)" not in record["stage"]:
             assert flow_run_state(flow_run.id) not in ("COMPLETED", "FAILED", "CRASHED")
             time.sleep(0.2)  # until the flow run's process holds at its stage
         children, commands = running(record["pid"])

@@ -86,8 +86,9 @@ def open_policy(run: Run, suite, version: int, context: int, role: str = "policy
         return expert, load_tokenizer("tiny" if cfg.policy.tokenizer == "auto" else cfg.policy.tokenizer)
     lora_rank = cfg.train.lora_r if cfg.train.lora else 0
     return open_policy_engine(
-        cfg.policy, run.checkpoints.path(version), context, lora_rank, cfg.rollout.runner == "ray", role
-    )
+        cfg.policy, run.checkpoints.path(version), context, lora_rank, cfg.rollout.runner == "ray", role,
+        overlap=cfg.campaign.max_staleness > 0,
+    )  # fmt: skip
 
 
 def open_judge(run: Run) -> Judge | None:

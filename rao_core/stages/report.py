@@ -86,10 +86,24 @@ def train_line(run: Run, round_: int) -> str:
     line = (
         f"{run.name} round {round_} train: loss {m['loss']:.4f}, {m['tokens']} tokens "
         f"({m['action_tokens']} action), {m['steps']} steps, mean ratio {m['mean_ratio']:.4f}"
+        + (f" ({m['clipped_fraction']:.1%} clipped)" if "clipped_fraction" in m else "")
+        + _off_policy(run, round_, m)
         + (f", KL to v0 {m['kl_to_reference']:.4f}" if "kl_to_reference" in m else "")
         + f"{moved}, {m['seconds']:.1f} s{_throughput(m)}"
     )
     return line + (f"\nWARNING: {m['warning']}" if "warning" in m else "")
+
+
+def _off_policy(run: Run, round_: int, m: dict[str, Any]) -> str:
+    """', trained nodes by staleness 0: 120, 1: 34, sampler mismatch KL 2.1e-05': how old the
+    trained trees were (campaign.max_staleness) and how far the sampler's log-probs are from this
+    version's (the k3 estimate; a checkpoint written before it existed has none)."""
+    from rao_core.scoring import scores_summary
+
+    hist = scores_summary(run.dir, round_)["staleness"]
+    by_age = ", ".join(f"{k}: {v['trained_nodes']}" for k, v in sorted(hist.items()) if v["trained_nodes"])
+    kl = f", sampler mismatch KL {m['mismatch_kl']:.2g}" if "mismatch_kl" in m else ""
+    return (f", trained nodes by staleness {by_age}" if by_age else "") + kl
 
 
 def _throughput(m: dict[str, Any]) -> str:

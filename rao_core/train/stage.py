@@ -33,13 +33,14 @@ from typing import Any
 
 import torch
 import yaml
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+from transformers import AutoConfig, AutoTokenizer, TrainerCallback
 
 from rao_core import checkpoints, runlock
 from rao_core.checkpoints import is_complete
 from rao_core.engines.probe import write_probe
 from rao_core.interrupts import run_in_own_session
 from rao_core.layout import METRICS
+from rao_core.models.loading import LOADING, load_causal_lm
 from rao_core.models.locate import adapter_base, is_adapter
 from rao_core.models.tokenizer import load_tokenizer
 from rao_core.train import state
@@ -68,7 +69,7 @@ def load_policy(model_path: Path, cfg: TrainConfig, tokenizer: str | Path | None
         model = _lora_model(model_path, cfg)
     else:
         source = checkpoints.master_dir(model_path) or model_path
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, local_files_only=True)
+        model = load_causal_lm(source, dtype=torch.float32)
     if world()[1] == 1:  # launched: the trainer places each rank's copy (its own GPU, or its shards)
         model.to(resolve_device(cfg))
     if tokenizer is not None:  # policy.tokenizer: 'tiny', a shipped name, a folder or a hub id
@@ -82,7 +83,7 @@ def load_reference(origin: Path | None) -> Any:
     if origin is None:
         raise ValueError("train.beta > 0 needs policy version 0 (origin) as the KL term's reference")
     source = checkpoints.master_dir(origin) or origin
-    return AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, local_files_only=True)
+    return load_causal_lm(source, dtype=torch.float32)
 
 
 def _lora_model(model_path: Path, cfg: TrainConfig) -> Any:
@@ -91,12 +92,11 @@ def _lora_model(model_path: Path, cfg: TrainConfig) -> Any:
     from peft import PeftModel, get_peft_model
 
     base_path = adapter_base(model_path) if is_adapter(model_path) else model_path
-    base = AutoModelForCausalLM.from_pretrained(
-        base_path, dtype=saved_dtype(base_path), local_files_only=True
-    )
+    base = load_causal_lm(base_path, dtype=saved_dtype(base_path))
     if is_adapter(model_path):
-        return PeftModel.from_pretrained(base, model_path, is_trainable=True)
-    with torch.random.fork_rng(devices=[]):
+        with LOADING:  # peft builds the adapter's layers the same way
+            return PeftModel.from_pretrained(base, model_path, is_trainable=True)
+    with LOADING, torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
         model = get_peft_model(base, lora_config(cfg))
     model.peft_config["default"].base_model_name_or_path = str(Path(base_path).resolve())
@@ -197,6 +197,7 @@ def _train_and_publish(
             _write_checkpoint(model, tok, model_path, origin, tmp, cfg, metrics, optimizer_state, before)
         metrics["stage_seconds"] = time.perf_counter() - t0
         metrics["peak_rss_mib"] = peak_rss_mib()
+        runlock.note_progress(run_dir, "publishing the checkpoint", every_s=0)
         metrics = checkpoints.publish(tmp, out_path, metrics)
         if model_path.parent == out_path.parent:  # the run's own checkpoints: only the latest keeps
             checkpoints.drop_state(model_path)  # the trainer state (a 4B model's master and moments: 48 GB)
