@@ -33,9 +33,12 @@ def _run(config: str | None, overrides: list[str] | None) -> Run:
 def writing(runs: list[Run], command: str):
     """One writer per run folder (rao_core/runlock.py): every arm's folder, for the flow's life. A
     flow whose folder another run writes (a scheduled round, a run started from the UI) waits for
-    it, with a line in its log, rather than failing: the folder is the queue."""
+    it, with a line in its log, rather than failing: the folder is the queue. Started by `rao`, the
+    flow leaves SIGTERM to `rao`'s handler (Prefect installs its own in a flow); a served flow run
+    keeps Prefect's, through which the UI's Cancel arrives."""
     from prefect import get_run_logger
 
+    interrupts.reinstall()  # under `rao`, SIGTERM stays `rao`'s in the flow too (Prefect takes it)
     with contextlib.ExitStack() as stack:
         for run in runs:
             stack.enter_context(runlock.writing(run.dir, command, wait=get_run_logger().info))

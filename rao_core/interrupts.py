@@ -91,7 +91,8 @@ def pause_at(stage: str) -> None:
     which a test interrupts exactly that stage (tests/test_interrupts.py)."""
     if (at := os.environ.get(PAUSE_AT)) and stage.startswith(at):
         print(f"paused at {stage} ({PAUSE_AT})", file=sys.stderr, flush=True)
-        while not (_received or _in_loop):  # a handler raises here, or (in the trees' loop) counts it
+        stop = _stops.get(threading.get_ident())
+        while not (_received or _in_loop or (stop is not None and stop.is_set())):  # or a handler raises
             time.sleep(0.05)
 
 

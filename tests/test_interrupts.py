@@ -388,3 +388,24 @@ def test_a_rollout_on_ray_ends_with_its_workers(tmp_path):
     got = interrupt(["rollout", *sets(ov)], "", "sigterm", env, until=shards_run)
     TIMES["toy rollout on Ray, sigterm"] = got.seconds
     check_clean_end(got, "sigterm", "rollout of round 0", load_config(overrides=ov).run_dir)
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_two_overlapped_stages_end_together(prefect_env, finished, tmp_path, how):
+    """campaign.max_staleness=1: round 0 trains while the engine lane rolls out round 1 (held at
+    its first tree); one signal ends both lanes as promptly and cleanly as one."""
+    runs = resuming_at(finished, tmp_path / "runs", "rollouts/round=0")
+    ov = [f"runs_dir={runs}", *TOY_RUN, "campaign.max_staleness=1", "campaign.rounds=2"]
+    run_dir = load_config(overrides=ov).run_dir
+
+    def both_run(commands: list[str]) -> bool:
+        stage = (runlock.holder(run_dir) or {}).get("stage", "")
+        return "training of round 0" in stage and "rollout of round 1 (1 of" in stage
+
+    stage = "rollout of round 1 (1 of"
+    got = interrupt(["train", *sets(ov)], stage, how, prefect_env, until=both_run)
+    TIMES[f"toy k=1, training and the next rollout at once, {how}"] = got.seconds
+    check_clean_end(got, how, "training of round 0", run_dir)
+    assert "rollout of round 1 (1 of" in got.stderr[-1]  # the line names both lanes' stages
+    assert campaign_status(load_config(overrides=ov)) == "KILLED"
+    assert not (run_dir / "rollouts" / "round=1" / "_COMPLETE").exists()
