@@ -101,7 +101,7 @@ def _print_campaign(cfg) -> None:
 def _checked(args: argparse.Namespace):
     """Every check that needs no work: values, files, and what the run folder already holds (read
     only). With --check, print the resolved configuration and stop: nothing runs, nothing is written."""
-    from rao_core import memory, resume
+    from rao_core import campaign, memory, resume
     from rao_core.run import Run
 
     cfg = Run.load(args.config, args.overrides).config  # the flow started next gets this same Run
@@ -114,6 +114,9 @@ def _checked(args: argparse.Namespace):
             print(warning, file=sys.stderr)
     except RunCheckError as e:
         raise ConfigError(str(e)) from None
+    campaign.check_overlap(
+        cfg.policy, cfg.train, cfg.campaign.max_staleness
+    )  # rounds that overlap: engines and trainer on devices they can share
     plan = memory.check(cfg.policy, cfg.train)  # refuses a plan that cannot fit, with the numbers
     if not args.check:
         _free(cfg)

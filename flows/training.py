@@ -169,6 +169,9 @@ def _overlapped_rounds(run: Run, arms: list[Run]) -> str | None:
     """campaign.max_staleness >= 1: the engine lane (a task on a thread of its own: every rollout
     and evaluation, in order, each once the version it samples with exists) beside the trainer
     (this thread: scoring, training and reports, round after round). docs/overlap.md."""
+    campaign.check_overlap(
+        run.config.policy, run.config.train, run.config.campaign.max_staleness
+    )  # also for a flow started from the UI
     cfg = run.config.campaign
     first = min(arm.layout.completed_rounds() for arm in arms)
     lane = LaneState()

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from rao_core.config import ConfigError, PolicyConfig, TrainConfig
 from rao_core.engines.open import start_policy_processes
 from rao_core.engines.scope import EngineScope, engine_scope
 from rao_core.eval.metrics import summarize_eval
@@ -136,3 +137,26 @@ def wait_until(
 def checkpoint_ready(run: Run, version: int) -> bool:
     """Version `version` can be sampled with (0: the warm start, done before the rounds)."""
     return version == 0 or run.layout.checkpoint_complete(version)
+
+
+def check_overlap(policy: PolicyConfig, train: TrainConfig, k: int) -> None:
+    """Refuse, in one line, rounds that overlap (campaign.max_staleness >= 1) with a vLLM server
+    that sleeps or stops while the trainer runs on its device: the engine lane samples meanwhile,
+    so the two would fight for the device. 'auto' devices are the first GPU, or the CPU."""
+    p, t = policy, train
+    if not k or p.kind != "vllm":
+        return
+    from rao_core.engines.vllm_args import during_train, on_gpu  # torch-free
+
+    gpu = on_gpu(p)
+
+    def where(device: str) -> str:
+        return ("cuda:0" if gpu else "cpu") if device == "auto" else "cuda:0" if device == "cuda" else device
+
+    if during_train(p) != "keep" and where(p.device) == where(t.device):
+        raise ConfigError(
+            f"campaign.max_staleness: {k}: rounds that overlap keep the vLLM server sampling while the "
+            f"trainer runs, but policy.vllm_during_train={p.vllm_during_train} makes it {during_train(p)} "
+            f"on the trainer's device ({where(t.device)}): put them on different GPUs "
+            "(policy.device=cuda:1, train.device=cuda:0) or set policy.vllm_during_train=keep"
+        )

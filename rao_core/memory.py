@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rao_core.config import ConfigError, PolicyConfig, TrainConfig
+from rao_core.config.types import device_type
 from rao_core.engines import kv_budget
 
 GIB = 2**30
@@ -130,9 +131,9 @@ def plan(train: TrainConfig, policy: PolicyConfig, folder: Path, found: dict[str
 
     s, t, p = read_shape(folder), train, policy
     gpu = "cuda" in found
-    train_dev = t.device if t.device != "auto" else ("cuda" if gpu else "cpu")
+    train_dev = device_type(t.device) if t.device != "auto" else ("cuda" if gpu else "cpu")
     device = getattr(p, "device", "auto")  # the model engines' setting (hf, vllm)
-    engine_dev = device if device != "auto" else ("cuda" if gpu else "cpu")
+    engine_dev = device_type(device) if device != "auto" else ("cuda" if gpu else "cpu")
     out = Plan(str(folder), s)
     shards = _shards(t.accelerate_config)
     tokens = t.max_tokens_per_microbatch

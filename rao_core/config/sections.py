@@ -19,6 +19,7 @@ from rao_core.config.policy import (
 )
 from rao_core.config.types import (
     ContextLimits,
+    Device,
     Difficulties,
     Float,
     Int,
@@ -250,7 +251,7 @@ class TrainConfig:
         4, "optimiser steps per round: the batch is dealt into this many mini-batches", ge=1
     )
     seed: Int = opt(0, "seed of mini-batch dealing and of torch")
-    device: Literal["auto", "cpu", "cuda"] = opt("auto", "cpu, cuda or auto", resume="free")
+    device: Device = opt("auto", "cpu, cuda, cuda:N (GPU N) or auto", resume="free")
     accelerate_config: str = opt(
         "",
         "accelerate config file (configs/accelerate/*.yaml): the train stage then runs as its own "

@@ -70,7 +70,7 @@ def engine_processes(c: PolicyConfig) -> int:
         return c.engine_processes
     import torch
 
-    if c.device == "cuda" or (c.device == "auto" and torch.cuda.is_available()):
+    if c.device.startswith("cuda") or (c.device == "auto" and torch.cuda.is_available()):
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return min(cores, 4) if cores > 1 else 0

@@ -18,6 +18,7 @@ starts this itself (`launch_round`) when `train.accelerate_config` is set.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import json
@@ -129,7 +130,11 @@ def train_round(
     if world_size > 1:
         _publish_on_rank0(*args, rank)
         return json.loads((out_path / METRICS).read_text())
-    return _train_and_publish(*args)
+    # train.device=cuda:N: GPU N is the current one while this process trains (accelerate, and so
+    # TRL, place the model and its batches on the current GPU), so that the engines can have others
+    gpu = torch.cuda.device(int(cfg.device.split(":")[1])) if cfg.device.startswith("cuda:") else None
+    with gpu or contextlib.nullcontext():
+        return _train_and_publish(*args)
 
 
 def _publish_on_rank0(*args: Any) -> None:

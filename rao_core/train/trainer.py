@@ -72,7 +72,7 @@ def adamw_name(cfg: TrainConfig, device: str) -> str:
     same update up to rounding, where the plain (foreach) step allocates two full-size temporaries
     one after the other: 4 B/param on top of the 16 of master weights, gradients and moments, at
     the training peak (docs/training.md, "Throughput")."""
-    fused = device == "cuda" if cfg.fused_adamw is None else cfg.fused_adamw
+    fused = device.startswith("cuda") if cfg.fused_adamw is None else cfg.fused_adamw
     return "adamw_torch_fused" if fused else "adamw_torch"
 
 
@@ -103,7 +103,7 @@ def grpo_args(
     checks (generation batch divisible by the group size); our dataloader ignores them.
     """
     device = resolve_device(cfg)
-    bf16 = device == "cuda" if cfg.bf16 is None else cfg.bf16
+    bf16 = device.startswith("cuda") if cfg.bf16 is None else cfg.bf16
     return GRPOConfig(
         output_dir=str(output_dir),
         loss_type=cfg.loss_type,
