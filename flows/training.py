@@ -167,16 +167,18 @@ def _rounds(run: Run, arms: list[Run]) -> str | None:
 
 def _overlapped_rounds(run: Run, arms: list[Run]) -> str | None:
     """campaign.max_staleness >= 1: the engine lane (a task on a thread of its own: every rollout
-    and evaluation, in order, each once the version it samples with exists) beside the trainer
-    (this thread: scoring, training and reports, round after round). docs/overlap.md."""
-    campaign.check_overlap(
-        run.config.policy, run.config.train, run.config.campaign.max_staleness
-    )  # also for a flow started from the UI
+    and evaluation, in order, each once the version it samples with exists, and each round's
+    report once its new version is evaluated) beside the trainer (this thread: scoring and
+    training, round after round). docs/overlap.md."""
+    campaign.check_overlap(run.config.policy, run.config.train, run.config.campaign.max_staleness)
     cfg = run.config.campaign
     first = min(arm.layout.completed_rounds() for arm in arms)
+    for arm in arms:  # rounds a killed run completed but did not report
+        for r in range(first):
+            if not arm.layout.logged(r).is_file():
+                stages.report(arm, r)
     lane = LaneState()
-    future = engine_lane.submit(arms, first, lane)
-    reported = first
+    future = engine_lane.submit(run, first, lane)
     try:
         for r in range(first, cfg.rounds):
             for arm in arms:
@@ -188,9 +190,7 @@ def _overlapped_rounds(run: Run, arms: list[Run]) -> str | None:
                 if r == 0 and (why := campaign.hopeless_start(arm)):
                     raise campaign.CampaignStopped(why)
                 stages.train(arm, r)
-            reported = _report_evaluated(run, arms, reported)
-        future.result()  # the last versions' evaluations
-        _report_evaluated(run, arms, reported)
+        future.result()  # the last versions' evaluations and reports
     except campaign.CampaignStopped as e:
         stages.campaign_report(run)
         return str(e)
@@ -216,32 +216,38 @@ class LaneState:
 
 
 @task(name="engine-lane", cache_policy=NO_CACHE)
-def engine_lane(arms: list[Run], first: int, lane: LaneState) -> None:
+def engine_lane(run: Run, first: int, lane: LaneState) -> None:
     """Every rollout and new version's evaluation of rounds first.., each once its version exists
-    (campaign.engine_jobs), for every arm; beside the trainer."""
-    cfg = arms[0].config.campaign
+    (campaign.engine_jobs), for every arm; the rounds whose new version is evaluated are reported
+    when the lane would wait anyway (off both lanes' paths). Beside the trainer."""
+    arms, cfg = run.arms(), run.config.campaign
+    evaluated: list[int] = []  # rounds whose new version is evaluated, reported while the lane waits
     try:
         with interrupts.stoppable(lane.stop):
             for job in campaign.engine_jobs(first, cfg.rounds, cfg.max_staleness):
                 for arm in arms:
+                    if evaluated and not campaign.checkpoint_ready(arm, job.needs):
+                        _report(run, evaluated)
                     campaign.wait_until(
                         lambda arm=arm, v=job.needs: campaign.checkpoint_ready(arm, v),
                         f"{arm.name}'s version {job.needs}", cfg.wait_timeout_s, lane.stopped,
                     )  # fmt: skip
                     (rollout if job.kind == "rollout" else evaluate)(arm, job.index)
+                if job.kind == "evaluate":
+                    evaluated.append(job.index - 1)
+            _report(run, evaluated)
     except BaseException as e:
         lane.error.append(f"the engine lane failed: {type(e).__name__}: {e}"[:500])
         raise
 
 
-def _report_evaluated(run: Run, arms: list[Run], r: int) -> int:
-    """Report every round from `r` on whose new version every arm has evaluated; returns the next."""
-    while r < run.config.campaign.rounds and all(a.layout.complete(a.layout.eval(r + 1)) for a in arms):
-        for arm in arms:
+def _report(run: Run, rounds: list[int]) -> None:
+    """Report these rounds of every arm, then the campaign (and forget them)."""
+    for r in rounds:
+        for arm in run.arms():
             stages.report(arm, r)
-        stages.campaign_report(run)
-        r += 1
-    return r
+    stages.campaign_report(run)
+    rounds.clear()
 
 
 @flow(name="rao-round", log_prints=True)

