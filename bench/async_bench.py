@@ -11,7 +11,7 @@ Prints `simulated: k=0 A s, k=1 B s, ideal C s`, C being the sum over rounds of 
 train) measured in the k = 0 run (what a perfect overlap of those two would take), and the ratios.
 The first rollout and the last training cannot overlap anything, so B >= C + one rollout.
 
-    .venv/bin/python bench/async_bench.py [--rounds 12] [--token-ms 0.75] [--steps 4] [--step-s 1.5]
+    .venv/bin/python bench/async_bench.py [--rounds 12] [--token-ms 0.5] [--steps 4] [--step-s 1.5]
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def campaign(runs_dir: Path, k: int, args: argparse.Namespace) -> dict[str, floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=12)
-    parser.add_argument("--token-ms", type=float, default=0.75, help="the engine's latency per token")
+    parser.add_argument("--token-ms", type=float, default=0.5, help="the engine's latency per token")
     parser.add_argument("--steps", type=int, default=4, help="training steps per round")
     parser.add_argument("--step-s", type=float, default=1.5, help="seconds per training step")
     args = parser.parse_args()
