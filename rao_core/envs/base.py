@@ -117,6 +117,18 @@ class Environment(ABC):
         return {}
 
 
+def profile_layers(cls: type[Suite]) -> list[dict]:
+    """A suite's `profile` as configuration layers: a mapping of settings, or a tuple of them."""
+    profile = cls.profile
+    layers = [profile] if isinstance(profile, dict) else profile
+    if not isinstance(layers, tuple | list) or not all(isinstance(x, dict) for x in layers):
+        raise ValueError(
+            f"{cls.__name__}.profile: expected a mapping of settings such as {{'agent': {{'max_steps': 8}}}} "
+            f"(or a tuple of them), got {type(profile).__name__}"
+        )
+    return list(layers)
+
+
 def select_tasks(tasks: list, split: str, difficulties: list[str], n: int, seed: int) -> list:
     """A seeded sample of n tasks of one split and the given difficulties (all of them if n >= pool);
     any suite's tasks, each with `.split` and `.difficulty`."""
@@ -171,9 +183,10 @@ class Suite(ABC):
     difficulties: ClassVar[tuple[str, ...]] = ("easy", "medium", "hard", "extreme")
     # The model of `suite_args` (pydantic; forbid extra keys); None: the suite takes no arguments.
     Args: ClassVar[type[BaseModel] | None] = None
-    # Configuration defaults of the suite (YAML-shaped layers), applied under the user's YAML and
-    # --set: the agent profile and the settings a suite is meant to run with.
-    profile: ClassVar[tuple[dict, ...]] = ()
+    # Configuration defaults of the suite (a YAML-shaped mapping, or a tuple of them), applied over
+    # "every declared difficulty" and under the user's YAML and --set: the agent profile and the
+    # settings a suite is meant to run with.
+    profile: ClassVar[dict | tuple[dict, ...]] = ()
     # Which of the suite-specific settings its expert and demonstrator read (envs/checks.py:
     # SUITE_SPECIFIC, e.g. "warmstart.root_inline_rate"); `--check` warns about the others.
     reads: ClassVar[frozenset[str]] = frozenset()
@@ -190,8 +203,11 @@ class Suite(ABC):
 
     @classmethod
     def defaults(cls, args: Any) -> list[dict]:
-        """The configuration layers of this suite with these arguments (default: `profile`)."""
-        return list(cls.profile)
+        """The configuration layers of this suite with these arguments: roll out and evaluate every
+        difficulty it declares, then its `profile` (one mapping, or a tuple of them)."""
+        difficulties = list(cls.labels(args)[1])
+        every = {"rollout": {"difficulty": difficulties}, "eval": {"difficulty": difficulties}}
+        return [every, *profile_layers(cls)]
 
     @classmethod
     def check(cls, ctx: SuiteContext, args: Any) -> None:

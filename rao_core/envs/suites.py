@@ -75,6 +75,8 @@ class TextCraftSmallData(Suite):
 
     Args = SmallArgs
     reads = frozenset(SUITE_SPECIFIC)
+    # the main job's draws (the configuration's defaults), not every difficulty the suite declares
+    profile = ({"rollout": {"difficulty": ["hard"]}, "eval": {"difficulty": ["medium", "hard"]}},)
 
     def synthesize(self, out: Path) -> None:
         from rao_core.envs.textcraft.small import make_small_tasks, write_small_tasks
