@@ -62,6 +62,8 @@ def _print_summary(summary: dict, path: str) -> None:
     for depth, s in summary["success_by_depth"].items():
         table.add_row(f"success at depth {depth}", f"{s:.3f}")
     table.add_row("statuses", ", ".join(f"{k} {v}" for k, v in sorted(summary["statuses"].items())))
+    table.add_row("policy failures", str(sum(summary["policy_failed_nodes"].values())))
+    table.add_row("scorer failures", str(summary["scorer_failed_nodes"]))
     Console().print(table)
 
 
@@ -259,7 +261,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_rollout(args: argparse.Namespace) -> int:
     from rao_core import runlock
-    from rao_core.campaign import engines
+    from rao_core.campaign import broken_scorer, engines
     from rao_core.eval.metrics import load_round, summarize
     from rao_core.run import Run
     from rao_core.stages.rollout import roll_out
@@ -279,6 +281,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
             prepare(run)
             path = roll_out(run, args.round, progress=not args.no_progress)
     _print_summary(summarize(load_round(cfg.layout, args.round)), str(path))
+    if why := broken_scorer(Run(cfg), args.round):
+        print(f"WARNING: {why}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -17,9 +17,10 @@ from typing import Any
 
 from rao_core.engines.open import start_policy_processes
 from rao_core.engines.scope import EngineScope, engine_scope
-from rao_core.eval.metrics import summarize_eval
+from rao_core.eval.metrics import scorer_failures, summarize_eval
 from rao_core.run import Run
 from rao_core.scoring import no_signal, scores_summary
+from rao_core.store.parquet import set_aside
 
 
 @contextlib.contextmanager
@@ -78,4 +79,32 @@ def hopeless_start(run: Run) -> str | None:
         "warmstart.demonstrations), easier tasks (rollout.difficulty), more trees per task "
         "(rollout.group_size) or a higher policy.temperature, and budgets that fit the task "
         "(agent.max_new_tokens, agent.max_steps: docs/own-task.md, 'Sizing your task')"
+    )
+
+
+def broken_scorer(run: Run, round_: int) -> str | None:
+    """After round r's rollout: when the suite's scorer (success(), a verifier, a judge) failed at
+    half or more of the nodes of the round, or of the evaluation of version r, the rewards say
+    nothing about the policy. Those partitions are set aside (sampled again once the scorer is
+    fixed), and the scorer's message is returned; else None."""
+    layout, lines = run.layout, []
+    for what, dest in (
+        (f"the evaluation of v{round_}", layout.eval(round_)),
+        (f"round {round_}", layout.rollouts(round_)),
+    ):
+        if not layout.complete(dest):
+            continue
+        failed, nodes, first = scorer_failures(dest)
+        if failed and 2 * failed >= nodes:
+            lines.append((what, failed, nodes, first, set_aside(dest, "scorer-failed").name))
+            if dest == layout.eval(0):  # MLflow's v0 is logged again, from the new evaluation
+                layout.logged_baseline.unlink(missing_ok=True)
+    if not lines:
+        return None
+    what, failed, nodes, first, _ = lines[-1]
+    aside = ", ".join(f"{w} as {a}" for w, *_, a in lines)
+    return (
+        f"{run.name}: stopped: the suite's scorer failed at {failed} of {nodes} nodes of {what}, first at "
+        f"{first}. A bug of the scorer, not of the policy: fix it and run the same command again "
+        f"(set aside to be sampled again: {aside}; `rao train --check` scores the suite's tasks first)"
     )

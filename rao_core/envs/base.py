@@ -9,6 +9,7 @@ path (`suite: mypkg.tasks:MySuite`) or the `rao.suites` entry-point group. docs/
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 import random
@@ -31,6 +32,7 @@ SUITE_SPECIFIC = (
     "warmstart.give_up_rate",
     "warmstart.root_inline_rate",
     "policy.error_rate",
+    "warmstart.demonstrator",
 )
 
 
@@ -61,6 +63,20 @@ def scorer_name(env: Environment) -> str:
     """How an error names the environment's success(): its suite, else its class."""
     name = env.suite if env.suite != "base" else type(env).__qualname__
     return f"suite {name} ({type(env).__module__}.{type(env).__qualname__}.success)"
+
+
+async def score(env: Environment, finished: bool, finish_message: str) -> float:
+    """s(X) of a node from its environment's success() (awaited when async), under the reward
+    contract; a scorer that raises or breaks it raises ScorerError naming it (the node's end, and
+    `rao train --check`'s smoke test, score the same way)."""
+    try:
+        value = env.success(finished, finish_message)
+        value = await value if inspect.isawaitable(value) else value
+    except ScorerError:
+        raise
+    except Exception as e:
+        raise ScorerError(f"{scorer_name(env)} raised {type(e).__name__}: {e}") from e
+    return success_value(value, scorer_name(env))
 
 
 class Environment(ABC):
@@ -115,6 +131,11 @@ class Environment(ABC):
     def repl_variables(self) -> dict[str, Any]:
         """JSON values preset as variables in the node's REPL (for example `context`)."""
         return {}
+
+    def reference_answer(self) -> str | None:
+        """The finish message of a correct node, when the suite knows it (a dataset's `answer`):
+        `rao train --check` expects success(True, reference_answer()) to be 1. None: unknown."""
+        return None
 
 
 def profile_layers(cls: type[Suite]) -> list[dict]:
