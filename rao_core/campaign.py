@@ -17,7 +17,7 @@ from typing import Any
 
 from rao_core.engines.open import start_policy_processes
 from rao_core.engines.scope import EngineScope, engine_scope
-from rao_core.eval.metrics import scorer_failures, summarize_eval
+from rao_core.eval.metrics import load_round, scorer_failures, summarize, summarize_eval
 from rao_core.run import Run
 from rao_core.scoring import no_signal, scores_summary
 from rao_core.store.parquet import set_aside
@@ -56,6 +56,17 @@ def status(run: Run, rounds: int | None = None) -> list[dict[str, Any]]:
     ]
 
 
+# what a node's end says, for the stop message of a campaign that learns nothing
+ENDED = {
+    "finished": "answered, scored 0",
+    "budget": "out of agent.max_steps",
+    "loop": "the same cell again and again",
+    "context_overflow": "out of agent.max_context_tokens",
+    "error": "its cell crashed the REPL",
+    "timeout": "a cell or the tree ran out of time",
+}
+
+
 class CampaignStopped(RuntimeError):
     """The campaign stopped early, for the reason in the message (not a failure of any stage)."""
 
@@ -73,10 +84,16 @@ def hopeless_start(run: Run) -> str | None:
     why = no_signal(scores_summary(run.dir, 0)["groups"])
     if v0 != 0 or why is None:
         return None
+    ended = summarize(load_round(layout, 0))["statuses"]  # a loop, an overflow: the model's habits
+    how = ", ".join(
+        f"{k} {v}" + (f" ({ENDED[k]})" if k in ENDED else "")
+        for k, v in sorted(ended.items(), key=lambda kv: -kv[1])
+    )
     return (
         f"{run.name}: stopped after round 0: v0 solves 0% of the held-out tasks and {why}, so RL has "
-        "nothing to learn from. Try: a warm start (policy.model=warmstart, from the suite's expert or "
-        "warmstart.demonstrations), easier tasks (rollout.difficulty), more trees per task "
+        f"nothing to learn from. Round 0's {sum(ended.values())} nodes ended: {how}. "
+        "Try: a warm start (policy.model=warmstart, from the suite's expert, a dataset's "
+        "warmstart.demonstrator or warmstart.demonstrations), easier tasks (rollout.difficulty), more trees per task "
         "(rollout.group_size) or a higher policy.temperature, and budgets that fit the task "
         "(agent.max_new_tokens, agent.max_steps: docs/own-task.md, 'Sizing your task')"
     )

@@ -161,6 +161,7 @@ def test_a_campaign_with_no_signal_stops_after_round_0(prefect_server, tmp_path,
     cfg = load_config(overrides=ov)
     assert rc == 1 and "stopped after round 0: v0 solves 0% of the held-out tasks" in err
     assert "Try: a warm start" in err and not cfg.layout.checkpoint_complete(1)
+    assert re.search(r"Round 0's \d+ nodes ended: (budget|loop|context_overflow|finished) \d+ \(", err), err
     assert "groups with spread (what RL learns from), per round: r0 0/2" in out
     assert "1 of 1 rounds trained nothing (round 0: no group of 2 has spread (2 all failed))" in out
     _, runs = mlflow_runs(cfg)

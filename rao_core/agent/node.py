@@ -14,12 +14,13 @@ through its NodeContext (budgets, where its record goes); it never imports the t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,17 @@ from rao_core.policy import Generation, GenerationRequest, NodeState, Policy
 from rao_core.status import NodeStatus
 
 _SCORER_FAILURES_SAID: list[str] = []  # the first scorer failure of this process (one command)
+
+
+@contextlib.contextmanager
+def quiet_scorer_failures() -> Iterator[None]:
+    """For a caller that says the failure itself (`rao train --check` refuses it in one line)."""
+    said = list(_SCORER_FAILURES_SAID)
+    _SCORER_FAILURES_SAID.append("quiet")
+    try:
+        yield
+    finally:
+        _SCORER_FAILURES_SAID[:] = said
 
 
 def say_first_scorer_failure(node_id: str, why: str) -> None:

@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from rao_core.agent.node import quiet_scorer_failures
 from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.tree import TreeSpec
 from rao_core.config import (
@@ -209,7 +210,8 @@ def expert_trees(
     specs = [TreeSpec(some[0].task_id, 0, suite.env(some[0]), d) for d, some in tasks.items() if some]
     agent = dataclasses.replace(agent, tree_timeout_s=min(agent.tree_timeout_s, TREE_SECONDS))
     chat = ChatFraming(load_tokenizer("tiny" if tokenizer == "auto" else tokenizer))
-    runs = Sampler(expert, chat, agent, sandbox, None, 1.0, len(specs)).run(specs)
+    with quiet_scorer_failures():  # refused below, in one line
+        runs = Sampler(expert, chat, agent, sandbox, None, 1.0, len(specs)).run(specs)
     for run in runs:
         for r in run.records:
             if r.status == "infra_error":  # the scorer's, or the expert's own bug

@@ -123,7 +123,7 @@ def set_aside(dest: str | Path, why: str) -> Path:
     beside it, which no glob of the views matches), so that the stage writes it again; returns
     where it went. For a partition whose rows are known to be wrong (a broken scorer's)."""
     dest = Path(dest)
-    aside = dest.parent / f".{why}-{dest.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    aside = dest.parent / f".{why}-{dest.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
     os.rename(dest, aside)
     _fsync_dir(dest.parent)
     return aside
