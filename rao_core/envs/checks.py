@@ -215,7 +215,7 @@ def expert_trees(
     for run in runs:
         for r in run.records:
             if r.status == "infra_error":  # the scorer's, or the expert's own bug
-                why = r.finish_message.removeprefix("scorer: ")
+                why = r.finish_message.removeprefix("scorer: ").replace("engine: ", "the expert raised ", 1)
                 raise RunCheckError(
                     f"the expert's tree of {run.spec.task_id} ({name}), node {r.node_id}: {why}"
                 )
