@@ -121,7 +121,7 @@ def broken_scorer(run: Run, round_: int) -> str | None:
     what, failed, nodes, first, _ = lines[-1]
     aside = ", ".join(f"{w} as {a}" for w, *_, a in lines)
     return (
-        f"{run.name}: stopped: the suite's scorer failed at {failed} of {nodes} nodes of {what}, first at "
+        f"{run.name}: stopped: the suite's scorer failed at {failed} of {nodes} nodes of {what}, as at "
         f"{first}. A bug of the scorer, not of the policy: fix it and run the same command again "
         f"(set aside to be sampled again: {aside}; `rao train --check` scores the suite's tasks first)"
     )

@@ -87,7 +87,7 @@ def expert_examples(
     if scorer and 2 * len(scorer) >= len(records):
         raise ValueError(
             f"warm start: the suite's scorer failed at {len(scorer)} of {len(records)} nodes of the expert's "
-            f"trees, first at node {scorer[0].node_id}: {scorer[0].finish_message.removeprefix('scorer: ')} "
+            f"trees, as at node {scorer[0].node_id}: {scorer[0].finish_message.removeprefix('scorer: ')} "
             "(`rao train --check` scores the suite in seconds)"
         )
     if not rows:

@@ -118,8 +118,8 @@ def test_a_rollout_says_the_first_scorer_failure_and_stops_its_round(
         r"success must be a finite number in \[0, 1\] \(the node fails as infra_error\)",
         said[0],
     ), said
-    assert rc == 1 and "WARNING: default: stopped: the suite's scorer failed at 4 of 4 nodes of round 0, first " \
-                       "at node t" in err, err  # fmt: skip
+    assert rc == 1 and "WARNING: default: stopped: the suite's scorer failed at 4 of 4 nodes of round 0, as at " \
+                       "node t" in err, err  # fmt: skip
     rollouts = tmp_path / "default" / "rollouts"
     assert not (rollouts / "round=0").exists() and len(list(rollouts.glob(".scorer-failed-round=0-*"))) == 1
     module = user_pkg / "usertasks" / "scorers.py"  # the fix; the same command samples the round again
@@ -166,3 +166,6 @@ def test_check_scores_a_dataset_verifier_on_the_rows_own_answers(
                   "--set", f"suite_args.verifier={module}:check", "--set", f"runs_dir={tmp_path}")  # fmt: skip
     assert re.search(message, err), err
     assert rc == (0 if message.startswith("warning") else 2)
+    if rc == 0:  # the default model, no warm start: the shipped TextCraft policy, and the ways out
+        assert "warning: policy.model: 'small-inline-7500' is a tiny TextCraft policy" in err
+        assert "warmstart.demonstrator=module:function" in err and "on a GPU" in err
