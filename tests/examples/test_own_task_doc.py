@@ -58,7 +58,7 @@ def test_the_dataset_route_runs_as_written(tmp_path):
     assert rows and {r["depth"] for r in rows} <= {0, 1}  # roots, and the sub-agents of long questions
 
 
-@pytest.mark.slow  # about 3 minutes on 2 cores: a warm start of 30 steps, v0, one RL round, v1
+@pytest.mark.slow  # 80 s on 2 cores: a warm start of 30 steps, v0, one RL round, v1 (Prefect, MLflow)
 def test_the_dataset_route_trains_on_cpu(tmp_path):
     """`rao train --config run.yaml` on a small budget: the warm start from the demonstrator is v0,
     one RL round trains v1, and both are evaluated on held-out questions."""
