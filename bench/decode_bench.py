@@ -1,5 +1,6 @@
-"""Benchmark: one decode step of the transformers engine, its work and its host reads per rows in
-flight, and (on a GPU) its sampled tokens per second at 128 rows.
+"""Benchmark: one decode step of the transformers engine, its work, its host reads and its host
+time per rows in flight, the K/V bookkeeping of rows that arrive and leave, and (on a GPU) its
+sampled tokens per second at 128 rows.
 
 (a) ops: torch.profiler's count of operators dispatched by one decode step (HFEngine._step with
     every row decoding), at 1, 16 and 64 rows, on the fixed-shape path CUDA takes (`decode=static`,
@@ -7,7 +8,13 @@ flight, and (on a GPU) its sampled tokens per second at 128 rows.
 (b) host syncs: the step's reads of device values (`.item()`, `int(t)`, `nonzero`: profiler
     operators that wait for the device) plus its explicit reads of the sampled tokens; on CUDA
     also counted by torch's own sync detector (`torch.cuda.set_sync_debug_mode`);
-(c) throughput (with --steps, the default on CUDA): decode steps of `--rows` rows after a prompt
+(c) host time per step: `--rows` requests (default 128) decoding together through the engine's
+    event loop, as a rollout drives it; the wall time per decode step less the time inside the
+    model's forwards and the sampling (what one CUDA graph replay does on a GPU): the Python
+    bookkeeping, the staging copies, the read of the tokens and the event loop's round trips;
+(d) K/V bookkeeping: kernels launched (operators that run one, views left out) to load an
+    arriving row's reused K/V into its slot, and to copy a leaving row's K/V out and fill its slot;
+(e) throughput (with --steps, the default on CUDA): decode steps of `--rows` rows after a prompt
     of `--prompt` tokens, both paths, sampled tokens per second and their ratio.
 
 The model is built here from a config with random weights (no download): `tiny` (the project's
@@ -25,10 +32,13 @@ import time
 import warnings
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from rao_core.engines import hf_batch
+from rao_core.engines import kv_slots
 from rao_core.engines.hf import HFEngine, _Seq
 from rao_core.engines.hf_batch import Batch
+from rao_core.engines.hf_static import request_key
+from rao_core.engines.kv_slots import KVSlots
 from rao_core.models.tiny import build_tiny_model
 from rao_core.models.tokenizer import tiny_tokenizer
 from rao_core.policy import GenerationRequest
@@ -57,26 +67,23 @@ def build(shape: str, device: str):
     return model.eval(), tok
 
 
+def request(prompt: list[int], seed: int, new: int = 10**6) -> GenerationRequest:
+    return GenerationRequest(prompt, new, (), None, 1.0, seed=seed)  # type: ignore[arg-type]
+
+
 def fill(engine: HFEngine, rows: int, prompt_len: int) -> Batch:
     """A batch of `rows` sampled rows (T = 1, seeded) with `prompt_len`-token prompts, prefilled,
     after one decode step (on CUDA the step's graph is captured there)."""
     loop, rng = asyncio.new_event_loop(), random.Random(0)
     seqs = []
     for i in range(rows):
-        prompt = [rng.randrange(3, 500) for _ in range(prompt_len)]
-        request = GenerationRequest(prompt, 10**6, (), None, 1.0, seed=i)  # type: ignore[arg-type]
-        seqs.append(_Seq(request, loop.create_future(), 10**6, key=engine_key(engine, i)))
-    batch = Batch(engine.device)
+        r = request([rng.randrange(3, 500) for _ in range(prompt_len)], i)
+        seqs.append(_Seq(r, loop.create_future(), 10**6, key=request_key(i, engine.keys)))
+    batch = engine.new_batch()
     engine._step(batch, seqs)
     engine._step(batch, [])
     loop.close()
     return batch
-
-
-def engine_key(engine: HFEngine, seed: int) -> int:
-    from rao_core.engines.hf_static import request_key
-
-    return request_key(seed, engine.keys)
 
 
 def ops_of_one_step(engine: HFEngine, rows: int, prompt_len: int = 20) -> tuple[int, int, int]:
@@ -103,6 +110,84 @@ def cuda_syncs_of_one_step(engine: HFEngine, rows: int, prompt_len: int = 20) ->
     return sum("synchroniz" in str(w.message) for w in caught)
 
 
+def host_ms_per_step(engine: HFEngine, rows: int, new: int = 64, prompt_len: int = 20) -> tuple[float, float]:
+    """(host ms, model ms) per decode step: `rows` requests of `new` tokens each (eos off, so all
+    decode together), through the engine's event loop; the second of two waves is timed."""
+    rng, eos = random.Random(1), engine.eos_ids
+    engine.eos_ids = set()
+
+    async def wave(n: int) -> None:
+        prompts = [[rng.randrange(3, 500) for _ in range(prompt_len)] for _ in range(rows)]
+        await asyncio.gather(*[engine.generate(request(p, i, n)) for i, p in enumerate(prompts)])
+
+    async def go() -> tuple[float, float]:
+        try:
+            await wave(4)
+            st = engine.stats
+            steps, forward, start = st.batches, st.forward_seconds, time.perf_counter()
+            await wave(new)
+            wall, steps = time.perf_counter() - start, st.batches - steps - 1  # one forward: the prefill
+            forward = st.forward_seconds - forward
+            return 1e3 * (wall - forward) / steps, 1e3 * forward / steps
+        finally:
+            await engine.close()
+            engine.eos_ids = eos
+
+    return asyncio.run(go())
+
+
+class Launches(TorchDispatchMode):
+    """Counts the operators dispatched that run a kernel (views are left out)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += not func.is_view
+        return func(*args, **(kwargs or {}))
+
+
+def bookkeeping_launches(engine: HFEngine, rows: int = 16, prompt_len: int = 40) -> tuple[float, float]:
+    """(launches per arriving row, per leaving row) of K/V bookkeeping: `rows` rows finish (their
+    K/V copied out to the prefix store, their slots filled by the last rows), then `rows` prompts
+    extending them arrive (their K/V loaded back): the launches inside KVSlots' load, row_kv and
+    move, over the rows that moved."""
+    counted = {"load": 0, "row_kv": 0, "move": 0}
+    originals = {name: getattr(KVSlots, name) for name in counted}
+
+    def counting(name):
+        def run(self, *a):
+            with Launches() as c:
+                out = originals[name](self, *a)
+            counted[name] += c.count
+            return out
+
+        return run
+
+    async def go() -> None:
+        rng = random.Random(2)
+        prompts = [[rng.randrange(3, 500) for _ in range(prompt_len)] for _ in range(2 * rows)]
+        stay = [engine.generate(request(p, 100 + i, 40)) for i, p in enumerate(prompts[rows:])]
+        first = await asyncio.gather(
+            *[engine.generate(request(p, i, 4)) for i, p in enumerate(prompts[:rows])]
+        )
+        nexts = [p + g.token_ids + [7, 8, 9] for p, g in zip(prompts, first, strict=False)]
+        await asyncio.gather(*[engine.generate(request(p, i, 4)) for i, p in enumerate(nexts)], *stay)
+        await engine.close()
+
+    for name in counted:
+        setattr(KVSlots, name, counting(name))
+    try:
+        hits = engine.stats.prefix_hits
+        asyncio.run(go())
+        hits = engine.stats.prefix_hits - hits
+    finally:
+        for name, fn in originals.items():
+            setattr(KVSlots, name, fn)
+    return counted["load"] / max(hits, 1), (counted["row_kv"] + counted["move"]) / (2 * rows)
+
+
 def tokens_per_s(engine: HFEngine, rows: int, prompt_len: int, steps: int) -> float:
     batch = fill(engine, rows, prompt_len)
     engine._step(batch, [])
@@ -114,49 +199,79 @@ def tokens_per_s(engine: HFEngine, rows: int, prompt_len: int, steps: int) -> fl
     return rows * steps / (time.perf_counter() - start)  # each step ends in a read of its tokens
 
 
+def done(engine: HFEngine):
+    """Close an engine and give its slots back (on CUDA each engine sizes its own from what is free)."""
+    asyncio.run(engine.close())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--shape", choices=["tiny", "0.6b", "4b"], default="tiny")
-    ap.add_argument("--rows", type=int, default=128, help="rows in flight for the throughput (c)")
-    ap.add_argument("--prompt", type=int, default=512, help="prompt tokens per row for (c)")
     ap.add_argument(
-        "--steps", type=int, default=None, help="decode steps timed in (c) (default: 64 on CUDA, 0 on CPU)"
+        "--rows", type=int, default=128, help="rows in flight for the host time (c) and throughput (e)"
+    )
+    ap.add_argument("--prompt", type=int, default=512, help="prompt tokens per row for (e)")
+    ap.add_argument(
+        "--steps", type=int, default=None, help="decode steps timed in (e) (default: 64 on CUDA, 0 on CPU)"
     )
     a = ap.parse_args()
     torch.set_num_threads(1)
     model, tok = build(a.shape, a.device)
-    engines = {
-        path: HFEngine(model, tok, max_batch_size=max(64, a.rows), decode=path) for path in ("static", "runs")
-    }
+    cuda = a.device == "cuda"
+
+    def engine(path: str, **kw) -> HFEngine:
+        return HFEngine(model, tok, max_batch_size=max(64, a.rows), decode=path, **kw)
+
     print(
         f"model: {a.shape} shape on {a.device}, {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters"
     )
-    for path, engine in engines.items():
-        counted = {rows: ops_of_one_step(engine, rows) for rows in (1, 16, 64)}
+    for path in ("static", "runs"):
+        eng = engine(path)
+        counted = {r: ops_of_one_step(eng, r) for r in (1, 16, 64)}
         ops = ", ".join(f"rows {r} = {c[0]}" for r, c in counted.items())
         syncs = max(c[1] + c[2] for c in counted.values())
         print(f"[{path}] ops per decode step: {ops}")
         print(f"[{path}] host syncs per decode step: {syncs} (device waits {max(c[1] for c in counted.values())}, "
               f"token reads {max(c[2] for c in counted.values())})")  # fmt: skip
-        if a.device == "cuda":
+        if cuda:
             print(
-                f"[{path}] CUDA syncs detected by torch in one step of 64 rows: {cuda_syncs_of_one_step(engine, 64)}"
+                f"[{path}] CUDA syncs detected by torch in one step of 64 rows: {cuda_syncs_of_one_step(eng, 64)}"
             )
-    steps = a.steps if a.steps is not None else (64 if a.device == "cuda" else 0)
-    if steps:  # the runs path is the slow one on a GPU: fewer steps
-        rates = {"static": tokens_per_s(engines["static"], a.rows, a.prompt, steps),
-                 "runs": tokens_per_s(engines["runs"], a.rows, a.prompt, max(1, steps // 8))}  # fmt: skip
-        if a.device == "cuda":  # the same static steps with torch's choice of attention (cuDNN's allowed)
-            hf_batch.CUDA_ATTENTION, keep = None, hf_batch.CUDA_ATTENTION
-            eager = HFEngine(model, tok, max_batch_size=max(64, a.rows), decode="static", cuda_graphs=False)
-            rates["static, eager, any attention"] = tokens_per_s(eager, a.rows, a.prompt, steps)
-            hf_batch.CUDA_ATTENTION = keep
-            eager = HFEngine(model, tok, max_batch_size=max(64, a.rows), decode="static", cuda_graphs=False)
-            rates["static, eager"] = tokens_per_s(eager, a.rows, a.prompt, steps)
-        print(f"decode at {a.rows} rows after {a.prompt}-token prompts, {steps} steps: "
-              + ", ".join(f"{p} {r:,.0f} tokens/s" for p, r in rates.items())
-              + f"; static / runs = {rates['static'] / rates['runs']:.1f}x")  # fmt: skip
+        done(eng)
+    host, forward = host_ms_per_step(engine("static"), a.rows)  # closes its engine
+    print(f"[static] host time per decode step at {a.rows} rows: {host:.2f} ms (the model's forward and "
+          f"sampling beside it: {forward:.2f} ms)")  # fmt: skip
+    arriving, leaving = bookkeeping_launches(engine("static"))  # closes its engine
+    print(f"[static] K/V bookkeeping launches: {arriving:.1f} per arriving row (its reused K/V loaded), "
+          f"{leaving:.1f} per leaving row (copied out, its slot filled)")  # fmt: skip
+    steps = a.steps if a.steps is not None else (64 if cuda else 0)
+    if not steps:
+        return
+    rates, captures = {}, ""
+    variants = {"static": ("static", {}), "runs": ("runs", {})}  # the runs path is the slow one on a GPU
+    if cuda:  # the same static steps eagerly, with torch's choice of attention (cuDNN's allowed) and without
+        variants |= {"static, eager, any attention": ("static", {"cuda_graphs": False}),
+                     "static, eager": ("static", {"cuda_graphs": False})}  # fmt: skip
+    for name, (path, kw) in variants.items():
+        keep = kv_slots.CUDA_ATTENTION
+        kv_slots.CUDA_ATTENTION = None if name.endswith("any attention") else keep
+        eng = engine(path, **kw)
+        try:
+            rates[name] = tokens_per_s(
+                eng, a.rows, a.prompt, steps if path == "static" else max(1, steps // 8)
+            )
+        finally:
+            kv_slots.CUDA_ATTENTION = keep
+        if name == "static":
+            captures = (
+                f"graph captures {eng.stats.graph_captures}, fallbacks to eager {eng.stats.graph_fallbacks}"
+            )
+        done(eng)
+    print(f"decode at {a.rows} rows after {a.prompt}-token prompts, {steps} steps: "
+          + ", ".join(f"{p} {r:,.0f} tokens/s" for p, r in rates.items())
+          + f"; static / runs = {rates['static'] / rates['runs']:.1f}x")  # fmt: skip
+    print(f"[static] {captures}")
 
 
 if __name__ == "__main__":

@@ -40,8 +40,8 @@ from rao_core.campaign import engines
 from rao_core.config import RunConfig
 from rao_core.engines import engine_processes
 from rao_core.engines.hf import HFEngine
-from rao_core.engines.hf_batch import KVSlots, forward_in_slots
 from rao_core.engines.hf_static import StaticDecode, column_bucket
+from rao_core.engines.kv_slots import KVSlots, KVSpec, forward_in_slots
 from rao_core.envs.suites import open_suite
 from rao_core.eval.metrics import load_round, summarize
 from rao_core.run import Run, load_config
@@ -95,7 +95,7 @@ def replay(model, calls: list[tuple]) -> float:
     included), one intra-op thread as in the engine's worker thread."""
     torch.set_num_threads(1)
     device = next(model.parameters()).device
-    slots = KVSlots(device)
+    slots = KVSlots(device, KVSpec.of(model))
     slots.reserve(
         max(first + ids.shape[0] for ids, _, first, *_ in calls),
         max(max(int(c[1].max()) + 1, *(n for *_, n in c[4])) for c in calls),

@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import warnings
 from pathlib import Path
 
 import yaml
 
+from rao_core import interrupts
 from rao_core.config import ConfigError, ConfigWarning, to_dict
 from rao_core.envs.checks import RunCheckError, check_run
 from rao_core.run import load_config
@@ -67,16 +69,8 @@ def _print_summary(summary: dict, path: str) -> None:
     Console().print(table)
 
 
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def _prefect_env() -> None:
-    """Project-local Prefect home, no analytics, and time for the ephemeral server to start. SIGTERM
-    becomes an interrupt, so a stopped campaign is marked KILLED in MLflow, not left RUNNING."""
-    import signal
-
-    signal.signal(signal.SIGTERM, _interrupt)
+    """Project-local Prefect home, no analytics, and time for the temporary server to start."""
     os.environ.setdefault("PREFECT_HOME", str(Path.cwd() / ".prefect"))
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
@@ -109,7 +103,7 @@ def _print_campaign(cfg) -> None:
 def _checked(args: argparse.Namespace):
     """Every check that needs no work: values, files, and what the run folder already holds (read
     only). With --check, print the resolved configuration and stop: nothing runs, nothing is written."""
-    from rao_core import memory, resume
+    from rao_core import campaign, memory, resume
     from rao_core.run import Run
 
     cfg = Run.load(args.config, args.overrides).config  # the flow started next gets this same Run
@@ -122,6 +116,9 @@ def _checked(args: argparse.Namespace):
             print(warning, file=sys.stderr)
     except RunCheckError as e:
         raise ConfigError(str(e)) from None
+    campaign.check_overlap(
+        cfg.policy, cfg.train, cfg.campaign.max_staleness
+    )  # rounds that overlap: engines and trainer on devices they can share
     plan = memory.check(cfg.policy, cfg.train)  # refuses a plan that cannot fit, with the numbers
     if not args.check:
         _free(cfg)
@@ -172,7 +169,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg, overrides = branched, [*overrides, f"run_name={args.branch}"]
     from flows.training import train_flow
 
-    result = train_flow(config=args.config, overrides=overrides)
+    with temporary_server():
+        result = train_flow(config=args.config, overrides=overrides)
     _print_campaign(cfg)
     if result.get("stopped"):
         print(f"WARNING: {result['stopped']}", file=sys.stderr)
@@ -200,7 +198,8 @@ def cmd_round(args: argparse.Namespace) -> int:
         return 0
     from flows.training import round_flow
 
-    round_flow(config=args.config, overrides=args.overrides)
+    with temporary_server():
+        round_flow(config=args.config, overrides=args.overrides)
     _print_campaign(cfg)
     return 0
 
@@ -211,9 +210,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return 0
     from flows.training import evaluate_flow
 
-    result = evaluate_flow(
-        config=args.config, overrides=args.overrides, version=args.version, compare=args.compare
-    )
+    with temporary_server():
+        result = evaluate_flow(
+            config=args.config, overrides=args.overrides, version=args.version, compare=args.compare
+        )
     if args.compare:
         table = cfg.layout.reports / f"compare-v{result['version']}.md"
         print(table.read_text() + f"\n(written to {table})")
@@ -274,7 +274,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         _prefect_env()
         from flows.training import rollout_flow
 
-        path = rollout_flow(config=args.config, overrides=args.overrides, round_=args.round)
+        with temporary_server():
+            path = rollout_flow(config=args.config, overrides=args.overrides, round_=args.round)
     else:
         run = Run(cfg)
         with runlock.writing(cfg.run_dir, "rao rollout"), engines(run):
@@ -484,8 +485,16 @@ def _warning_line(message, category, filename, lineno, line=None) -> str:
 _default_format = warnings.formatwarning
 
 
+def temporary_server():
+    from flows.prefect_server import temporary_server
+
+    return temporary_server()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command != "serve":  # `rao serve` is Prefect's runner, which ends its own flow runs
+        interrupts.install()  # Ctrl-C, SIGINT and SIGTERM: one line, exit 130 or 143 (rao_core/interrupts.py)
     warnings.formatwarning = _warning_line
     try:
         return args.func(args)
@@ -499,13 +508,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C (or SIGTERM): every completed stage is kept
+    except KeyboardInterrupt:  # Ctrl-C, SIGINT or SIGTERM: every completed stage is kept
+        signum = interrupts.received() or signal.SIGINT
+        interrupts.kill_descendants()  # nothing this command started outlives it
         if os.environ.get("RAO_DEBUG"):
             raise
-        print(
-            "interrupted: completed stages are kept; the same command continues from there", file=sys.stderr
-        )
-        return 130
+        print(interrupts.exit_line(signum), file=sys.stderr)
+        return interrupts.exit_code(signum)
 
 
 if __name__ == "__main__":

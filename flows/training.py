@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from prefect import flow, unmapped
+from prefect import flow, task, unmapped
+from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import TaskRunner
 
-from rao_core import campaign, runlock, tracking
+from rao_core import campaign, interrupts, runlock, tracking
 from rao_core.run import Run
 from rao_core.stages import report
+from rao_core.stages.common import note
 from rao_core.store.parquet import is_complete
 from tasks import stages
 
@@ -29,9 +33,12 @@ def _run(config: str | None, overrides: list[str] | None) -> Run:
 def writing(runs: list[Run], command: str):
     """One writer per run folder (rao_core/runlock.py): every arm's folder, for the flow's life. A
     flow whose folder another run writes (a scheduled round, a run started from the UI) waits for
-    it, with a line in its log, rather than failing: the folder is the queue."""
+    it, with a line in its log, rather than failing: the folder is the queue. Started by `rao`, the
+    flow leaves SIGTERM to `rao`'s handler (Prefect installs its own in a flow); a served flow run
+    keeps Prefect's, through which the UI's Cancel arrives."""
     from prefect import get_run_logger
 
+    interrupts.reinstall()  # under `rao`, SIGTERM stays `rao`'s in the flow too (Prefect takes it)
     with contextlib.ExitStack() as stack:
         for run in runs:
             stack.enter_context(runlock.writing(run.dir, command, wait=get_run_logger().info))
@@ -56,6 +63,7 @@ def ray_session(run: Run):
         yield
         return
     ray.init(address=run.config.rollout.ray_address or None)
+    interrupts.reinstall()  # Ray's driver takes SIGTERM for itself: `rao` ends it as any interrupt
     try:
         yield
     finally:
@@ -89,6 +97,7 @@ def shards_flow(run: Run, stage: str, index: int) -> list[str]:
 
 
 def shards_on_ray(run: Run, stage: str, index: int) -> None:
+    note(run, f"rollout of round {index}" if stage == "rollout" else f"evaluation of version {index}")
     shards_flow.with_options(name=f"rao-{stage}-shards", task_runner=ray_runner(run))(run, stage, index)
 
 
@@ -138,13 +147,15 @@ def train_flow(config: str | None = None, overrides: list[str] | None = None) ->
 
 
 def _rounds(run: Run, arms: list[Run]) -> str | None:
-    """Warm start and v0 of every arm, then the rounds, the arms interleaved. Returns why the
-    campaign stopped early, if it did."""
+    """Warm start and v0 of every arm, then the rounds, the arms interleaved (overlapped with
+    campaign.max_staleness >= 1). Returns why the campaign stopped early, if it did."""
     # MLflow: RUNNING, then FINISHED / FAILED / KILLED; a vLLM server lives as long as the campaign
     with tracking.campaign_status([a.tracker for a in arms]), campaign.engines(run), ray_session(run):
         for arm in arms:
             stages.warm_start(arm)
             stages.log_baseline(arm, evaluate(arm, 0))
+        if run.config.campaign.max_staleness:
+            return _overlapped_rounds(run, arms)
         for r in range(run.config.campaign.rounds):
             try:
                 for arm in arms:  # interleaved, so both learning curves grow side by side
@@ -154,6 +165,87 @@ def _rounds(run: Run, arms: list[Run]) -> str | None:
                 return str(e)
             stages.campaign_report(run)
     return None
+
+
+def _overlapped_rounds(run: Run, arms: list[Run]) -> str | None:
+    """campaign.max_staleness >= 1: the engine lane (a task on a thread of its own: every rollout
+    and evaluation, in order, each once the version it samples with exists) beside the trainer
+    (this thread: scoring, training and reports, round after round). docs/overlap.md."""
+    campaign.check_overlap(
+        run.config.policy, run.config.train, run.config.campaign.max_staleness
+    )  # also for a flow started from the UI
+    cfg = run.config.campaign
+    first = min(arm.layout.completed_rounds() for arm in arms)
+    lane = LaneState()
+    future = engine_lane.submit(arms, first, lane)
+    reported = first
+    try:
+        for r in range(first, cfg.rounds):
+            for arm in arms:
+                campaign.wait_until(
+                    lambda arm=arm, r=r: arm.layout.complete(arm.layout.rollouts(r)),
+                    f"{arm.name}'s round {r} rollout", cfg.wait_timeout_s, lane.failure,
+                )  # fmt: skip
+                if why := campaign.broken_scorer(arm, r):
+                    raise campaign.CampaignStopped(why)
+                stages.score(arm, r)
+                if r == 0 and (why := campaign.hopeless_start(arm)):
+                    raise campaign.CampaignStopped(why)
+                stages.train(arm, r)
+            reported = _report_evaluated(run, arms, reported)
+        future.result()  # the last versions' evaluations
+        _report_evaluated(run, arms, reported)
+    except campaign.CampaignStopped as e:
+        stages.campaign_report(run)
+        return str(e)
+    finally:
+        lane.stop.set()  # the lane ends its job at once: what it samples now is not needed
+        interrupts.cancel_loops()
+        future.wait()
+    return None
+
+
+@dataclass
+class LaneState:
+    """What the trainer and the engine lane share: the trainer's stop, and why the lane ended."""
+
+    stop: threading.Event = field(default_factory=threading.Event)
+    error: list[str] = field(default_factory=list)
+
+    def failure(self) -> str | None:
+        return self.error[0] if self.error else None
+
+    def stopped(self) -> str | None:
+        return "the campaign stops" if self.stop.is_set() else None
+
+
+@task(name="engine-lane", cache_policy=NO_CACHE)
+def engine_lane(arms: list[Run], first: int, lane: LaneState) -> None:
+    """Every rollout and new version's evaluation of rounds first.., each once its version exists
+    (campaign.engine_jobs), for every arm; beside the trainer."""
+    cfg = arms[0].config.campaign
+    try:
+        with interrupts.stoppable(lane.stop):
+            for job in campaign.engine_jobs(first, cfg.rounds, cfg.max_staleness):
+                for arm in arms:
+                    campaign.wait_until(
+                        lambda arm=arm, v=job.needs: campaign.checkpoint_ready(arm, v),
+                        f"{arm.name}'s version {job.needs}", cfg.wait_timeout_s, lane.stopped,
+                    )  # fmt: skip
+                    (rollout if job.kind == "rollout" else evaluate)(arm, job.index)
+    except BaseException as e:
+        lane.error.append(f"the engine lane failed: {type(e).__name__}: {e}"[:500])
+        raise
+
+
+def _report_evaluated(run: Run, arms: list[Run], r: int) -> int:
+    """Report every round from `r` on whose new version every arm has evaluated; returns the next."""
+    while r < run.config.campaign.rounds and all(a.layout.complete(a.layout.eval(r + 1)) for a in arms):
+        for arm in arms:
+            stages.report(arm, r)
+        stages.campaign_report(run)
+        r += 1
+    return r
 
 
 @flow(name="rao-round", log_prints=True)
@@ -178,7 +270,7 @@ def rollout_flow(config: str | None = None, overrides: list[str] | None = None, 
     """Round `round_`'s rollout (with that round's policy checkpoint), on Ray with
     `rollout.runner=ray`: the scale-out path without training."""
     run = _run(config, overrides)
-    with writing([run], "rao rollout"), campaign.engines(run):
+    with writing([run], "rao rollout"), campaign.engines(run), ray_session(run):
         stages.synthesize(run)
         return rollout(run, round_)
 

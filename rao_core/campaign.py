@@ -3,6 +3,9 @@
     warm start -> checkpoint v0 -> evaluate v0
     round r:  rollout (v_r) -> score -> train (v_r -> v_r+1) -> evaluate (v_r+1) -> report
 
+With campaign.max_staleness = k >= 1 the rollouts and evaluations run in a lane of their own beside
+the trainer, round r sampling with v_max(0, r-k) (below, "overlapping rounds").
+
 The stages themselves sit side by side in rao_core/stages/; every one writes a file-based output
 marked complete and returns at once when it finds one, so a killed campaign started again continues
 from the last completed stage, and a finished one does nothing. Prefect (flows/, tasks/) chains
@@ -12,9 +15,12 @@ them; MLflow records them (tracking.py). Paths: rao_core/layout.py.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
+from rao_core.config import ConfigError, PolicyConfig, TrainConfig
 from rao_core.engines.open import start_policy_processes
 from rao_core.engines.scope import EngineScope, engine_scope
 from rao_core.eval.metrics import load_round, scorer_failures, summarize, summarize_eval
@@ -34,7 +40,7 @@ def engines(run: Run) -> Iterator[EngineScope]:
     with engine_scope(
         run.layout.logs, max([cfg.agent.max_context_tokens, *cfg.eval.context_limits])
     ) as scope:
-        start_policy_processes(cfg.policy, on_ray=cfg.rollout.runner == "ray")
+        start_policy_processes(cfg.policy, cfg.rollout.runner == "ray", cfg.campaign.max_staleness > 0)
         yield scope
 
 
@@ -125,3 +131,78 @@ def broken_scorer(run: Run, round_: int) -> str | None:
         f"{first}. A bug of the scorer, not of the policy: fix it and run the same command again "
         f"(set aside to be sampled again: {aside}; `rao train --check` scores the suite's tasks first)"
     )
+
+
+# -- overlapping rounds (campaign.max_staleness = k >= 1, docs/overlap.md) ----------------------
+# Two lanes run side by side: the engine lane (every rollout and every new version's evaluation:
+# everything that samples, on the one set of engines) and the trainer (scoring, training, reports).
+# Round r samples with version max(0, r - k), so the rollout of round r + 1 runs while round r
+# trains. Which version a round samples with depends on k alone, never on timing: a killed run
+# resumed, or run again, samples the same trees.
+@dataclass(frozen=True)
+class EngineJob:
+    """A job of the engine lane: round `index`'s rollout, or version `index`'s evaluation; it
+    waits for checkpoint `needs`, the version it samples with."""
+
+    kind: str  # "rollout" | "evaluate"
+    index: int
+    needs: int
+
+
+def engine_jobs(first: int, rounds: int, k: int) -> list[EngineJob]:
+    """The engine lane's work for rounds first..rounds-1, in the order it runs it: each job as soon
+    as the version it samples with exists, an evaluation before a rollout that waited for the same
+    version (the report of that round needs it; the rollout is needed only a round later)."""
+    jobs = [EngineJob("rollout", r, max(0, r - k)) for r in range(first, rounds)]
+    jobs += [EngineJob("evaluate", v, v) for v in range(first + 1, rounds + 1)]
+    return sorted(jobs, key=lambda j: (j.needs, j.kind != "evaluate", j.index))
+
+
+class LaneStopped(RuntimeError):
+    """The other lane failed, or the campaign stops: this lane ends too."""
+
+
+def wait_until(
+    ready: Callable[[], bool], what: str, timeout_s: float, stopped: Callable[[], str | None],
+    poll_s: float = 0.2,
+) -> None:  # fmt: skip
+    """Wait for the other lane's output: until `ready()`, or raise LaneStopped when `stopped()`
+    says why the other lane ended, or TimeoutError after `timeout_s` (campaign.wait_timeout_s)
+    instead of hanging."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if why := stopped():
+            raise LaneStopped(f"stopped waiting for {what}: {why}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"waited {timeout_s:g} s for {what} (campaign.wait_timeout_s): the other lane is stuck"
+            )
+        time.sleep(poll_s)
+
+
+def checkpoint_ready(run: Run, version: int) -> bool:
+    """Version `version` can be sampled with (0: the warm start, done before the rounds)."""
+    return version == 0 or run.layout.checkpoint_complete(version)
+
+
+def check_overlap(policy: PolicyConfig, train: TrainConfig, k: int) -> None:
+    """Refuse, in one line, rounds that overlap (campaign.max_staleness >= 1) with a vLLM server
+    that sleeps or stops while the trainer runs on its device: the engine lane samples meanwhile,
+    so the two would fight for the device. 'auto' devices are the first GPU, or the CPU."""
+    p, t = policy, train
+    if not k or p.kind != "vllm":
+        return
+    from rao_core.engines.vllm_args import during_train, on_gpu  # torch-free
+
+    gpu = on_gpu(p)
+
+    def where(device: str) -> str:
+        return ("cuda:0" if gpu else "cpu") if device == "auto" else "cuda:0" if device == "cuda" else device
+
+    if during_train(p) != "keep" and where(p.device) == where(t.device):
+        raise ConfigError(
+            f"campaign.max_staleness: {k}: rounds that overlap keep the vLLM server sampling while the "
+            f"trainer runs, but policy.vllm_during_train={p.vllm_during_train} makes it {during_train(p)} "
+            f"on the trainer's device ({where(t.device)}): put them on different GPUs "
+            "(policy.device=cuda:1, train.device=cuda:0) or set policy.vllm_during_train=keep"
+        )

@@ -129,6 +129,22 @@ class RunLayout:
             r += 1
         return r
 
+    def standing(self) -> str:
+        """What the folder holds, in words: the completed rounds, and the stages of the next
+        round already complete (what an interrupted command keeps)."""
+        r = self.completed_rounds()
+        done = [
+            what
+            for what, complete in (
+                ("rollout", self.complete(self.rollouts(r))),
+                ("scores", self.complete(self.scores(r))),
+                (f"checkpoint v{r + 1}", self.checkpoint_complete(r + 1)),
+            )
+            if complete
+        ]
+        rounds = f"{r} complete round{'' if r == 1 else 's'}"
+        return rounds + (f" and round {r}'s {', '.join(done)}" if done else "")
+
     def evaluated_versions(self) -> list[int]:
         """Every version with a complete evaluation, in order."""
         found = [int(p.name.split("=")[1]) for p in (self.root / "eval").glob("version=*")]

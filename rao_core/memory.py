@@ -15,7 +15,10 @@ estimate is above the device's memory, and RAO_SKIP_MEMORY_CHECK=1 runs it anywa
     trainer, LoRA: the frozen base in its dtype, the adapter with its gradients and moments
     vLLM: its share of the GPU (policy.gpu_memory_utilization), unless it sleeps or stops while the
         trainer runs (policy.vllm_during_train); on a CPU the weights plus its KV cache
-    transformers engine: the weights in the serving dtype plus K/V for policy.max_batch_tokens
+    transformers engine: the weights in the serving dtype plus, on a CUDA device with the static
+        decode path, its fixed K/V slots (policy.max_batch_size rows, the columns kv_budget.py gives
+        them from the memory the weights leave, at most the model's context) and its prefix store;
+        else K/V for policy.max_batch_tokens (slots that grow as rows need)
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rao_core.config import ConfigError, PolicyConfig, TrainConfig
+from rao_core.config.types import device_type
+from rao_core.engines import kv_budget
 
 GIB = 2**30
 BYTES = {"F32": 4, "BF16": 2, "F16": 2, "F64": 8, "I64": 8, "I32": 4, "I8": 1, "U8": 1, "F8_E4M3": 1}
@@ -45,6 +50,7 @@ class ModelShape:
     intermediate: int
     vocab: int
     kv_dim: int  # key/value heads x head_dim
+    max_positions: int = 1 << 20  # the model's context (max_position_embeddings)
 
 
 def read_shape(folder: Path) -> ModelShape:
@@ -73,6 +79,7 @@ def read_shape(folder: Path) -> ModelShape:
         intermediate=c.get("intermediate_size", 4 * c["hidden_size"]),
         vocab=c["vocab_size"],
         kv_dim=c.get("num_key_value_heads", heads) * head_dim,
+        max_positions=c.get("max_position_embeddings") or 1 << 20,
     )
 
 
@@ -111,6 +118,7 @@ class Plan:
     stages: dict[str, dict[str, float]] = field(default_factory=dict)  # stage -> part -> GiB
     device: dict[str, str] = field(default_factory=dict)  # stage -> device key
     resident: dict[str, float] = field(default_factory=dict)  # stage -> GiB others hold meanwhile
+    refused: dict[str, str] = field(default_factory=dict)  # stage -> why it cannot run, whatever fits
 
     def total(self, stage: str) -> float:
         return sum(self.stages[stage].values()) * HEADROOM
@@ -123,9 +131,9 @@ def plan(train: TrainConfig, policy: PolicyConfig, folder: Path, found: dict[str
 
     s, t, p = read_shape(folder), train, policy
     gpu = "cuda" in found
-    train_dev = t.device if t.device != "auto" else ("cuda" if gpu else "cpu")
+    train_dev = device_type(t.device) if t.device != "auto" else ("cuda" if gpu else "cpu")
     device = getattr(p, "device", "auto")  # the model engines' setting (hf, vllm)
-    engine_dev = device if device != "auto" else ("cuda" if gpu else "cpu")
+    engine_dev = device_type(device) if device != "auto" else ("cuda" if gpu else "cpu")
     out = Plan(str(folder), s)
     shards = _shards(t.accelerate_config)
     tokens = t.max_tokens_per_microbatch
@@ -155,8 +163,20 @@ def plan(train: TrainConfig, policy: PolicyConfig, folder: Path, found: dict[str
         keeps = during_train(p) == "keep"
     elif p.kind == "hf":
         width = 2 if engine_dev == "cuda" else 4
-        kv = p.max_batch_tokens * s.layers * 2 * s.kv_dim * width
-        engine = {"weights": s.params * width, "KV cache": kv}
+        col = kv_budget.column_bytes(s.layers, s.kv_dim, width)  # one token of one row
+        engine = {"weights": s.params * width}
+        if (
+            engine_dev == "cuda" and gpu and p.decode in ("auto", "static")
+        ):  # fixed slots, as the engine sizes them
+            rows, free = p.max_batch_size, found["cuda"].gib * GIB - engine["weights"]
+            cols = kv_budget.slot_columns(free, rows, col, s.max_positions, kv_budget.PREFIX_TOKENS)
+            engine[f"K/V slots ({rows} rows x {max(cols, 0):,} columns)"] = rows * (max(cols, 0) + 1) * col
+            engine["prefix store"] = kv_budget.PREFIX_TOKENS * col
+            why = kv_budget.refusal(rows, cols, free / GIB)
+            if why:
+                out.refused["rollout"] = why
+        else:
+            engine["KV cache"] = p.max_batch_tokens * col
         keeps = False  # the engine of a stage is gone when the stage ends
     else:
         engine, keeps = {}, False
@@ -203,6 +223,8 @@ def check(policy: PolicyConfig, train: TrainConfig) -> str | None:
         return None  # said elsewhere (config checks, doctor)
     found = devices()
     pl = plan(train, policy, local_model(name), found)
+    for stage, why in pl.refused.items():
+        raise ConfigError(f"memory: the {stage} stage's {why} (RAO_SKIP_MEMORY_CHECK=1 runs it anyway)")
     for stage in pl.stages:
         dev = found.get(pl.device[stage])
         need = pl.total(stage) + pl.resident.get(stage, 0.0)

@@ -14,14 +14,17 @@ import contextlib
 import fcntl
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from rao_core import interrupts
 from rao_core.layout import RunLayout
 
 _HELD: dict[Path, tuple[IO[str], dict[str, Any]]] = {}  # run folder -> (open lock file, record)
+_LANES: dict[Path, dict[int, list]] = {}  # run folder -> thread -> [stage, progress, when noted]
 
 
 class RunBusy(RuntimeError):
@@ -39,12 +42,21 @@ def holder(run_dir: Path) -> dict[str, Any] | None:
         try:
             fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            text = f.read()
-            return (
-                json.loads(text) if text.strip() else {"pid": "?", "command": "?", "stage": "?", "since": 0}
-            )
+            return _read_record(f)
         fcntl.flock(f, fcntl.LOCK_UN)
     return None
+
+
+def _read_record(f: IO[str], tries: int = 20) -> dict[str, Any]:
+    """The holder's record. It is rewritten in place as the holder's stage moves on, so a read
+    may land between the truncation and the write: read again, briefly."""
+    for _ in range(tries):
+        f.seek(0)
+        with contextlib.suppress(json.JSONDecodeError):
+            if text := f.read().strip():
+                return json.loads(text)
+        time.sleep(0.01)
+    return {"pid": "?", "command": "?", "stage": "?", "since": 0}
 
 
 def describe(record: dict[str, Any]) -> str:
@@ -73,9 +85,7 @@ def writing(
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             break
         except BlockingIOError:
-            f.seek(0)
-            text = f.read()
-            other = json.loads(text) if text.strip() else {"pid": "?", "command": "?", "stage": "?"}
+            other = _read_record(f)
             busy = f"{key} is being written by {describe(other)}"
             if wait is None:
                 f.close()
@@ -89,21 +99,53 @@ def writing(
     record = {"pid": os.getpid(), "command": command, "stage": "starting", "since": time.time()}
     _HELD[key] = (f, record)
     _write(f, record)
+    interrupts.note(f"the start of {command}", key)
     try:
         yield
     finally:
         del _HELD[key]
+        _LANES.pop(key, None)
         f.truncate(0)
         fcntl.flock(f, fcntl.LOCK_UN)
         f.close()
 
 
 def note_stage(run_dir: Path, stage: str) -> None:
-    """Record the stage this process is at (shown by `rao status` and in a refusal)."""
-    held = _HELD.get(Path(run_dir).resolve())
-    if held is not None:
-        held[1]["stage"] = stage
-        _write(*held)
+    """Record the stage this thread is at (shown by `rao status`, in a refusal, and in the line an
+    interrupted command ends with). When rounds overlap, the engine lane's thread and the
+    trainer's each have theirs: the record shows both, `training of round 3 (step 2 of 4),
+    rollout of round 4 (17 of 96 trees)`."""
+    _note(run_dir, stage, None)
+
+
+def note_progress(run_dir: Path, progress: str, every_s: float = 1.0) -> None:
+    """Record how far this thread's stage is ("12 of 96 trees", "step 3 of 8"): written at most
+    once every `every_s` seconds (and always the first time)."""
+    key = Path(run_dir).resolve()
+    lane = _LANES.get(key, {}).get(threading.get_ident())
+    if lane is None:
+        return
+    now = time.monotonic()
+    if lane[1] is not None and now - lane[2] < every_s:
+        return
+    _note(run_dir, lane[0], progress)
+
+
+def _note(run_dir: Path, stage: str, progress: str | None) -> None:
+    key = Path(run_dir).resolve()
+    held = _HELD.get(key)
+    if held is None:
+        return
+    lanes = _LANES.setdefault(key, {})
+    alive = {t.ident for t in threading.enumerate()}
+    for thread in [t for t in lanes if t not in alive]:  # a lane that ended
+        del lanes[thread]
+    lanes[threading.get_ident()] = [stage, progress, time.monotonic()]
+    shown = [f"{s} ({p})" if p else s for s, p, _ in lanes.values()]
+    held[1]["stage"] = ", ".join(shown)
+    _write(*held)
+    interrupts.note(held[1]["stage"], key)
+    interrupts.pause_at(shown[list(lanes).index(threading.get_ident())])
 
 
 def _write(f: IO[str], record: dict[str, Any]) -> None:

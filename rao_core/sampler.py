@@ -11,7 +11,6 @@ the one schema.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeRun, TreeSpec
 from rao_core.config import AgentConfig, SandboxConfig
 from rao_core.envs.base import select_tasks
+from rao_core.interrupts import run_async
 from rao_core.policy import Policy
 from rao_core.store.parquet import write_partition
 from rao_core.store.schema import NODE_SCHEMA
@@ -174,7 +174,7 @@ class Sampler:
         """Every tree, in the order of `specs`; the policy and the judge are closed after. With a
         `label`, a progress bar of trees done."""
         if not label:
-            return asyncio.run(self._run(specs, on_tree_done))
+            return run_async(self._run(specs, on_tree_done))
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
         with Progress(f"[bold]{label}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
@@ -185,7 +185,7 @@ class Sampler:
                 if on_tree_done:
                     on_tree_done(run)
 
-            return asyncio.run(self._run(specs, done))
+            return run_async(self._run(specs, done))
 
     async def _run(self, specs: list[TreeSpec], on_tree_done) -> list[TreeRun]:
         try:
@@ -199,10 +199,10 @@ class Sampler:
                 await self.judge.close()
 
     def sample(self, specs: list[TreeSpec], labels: RowLabels, dest: Path, meta: dict[str, Any],
-               progress: bool = False) -> Path:  # fmt: skip
+               progress: bool = False, on_tree_done: Callable[[TreeRun], None] | None = None) -> Path:  # fmt: skip
         """Run the trees and write their rows as the partition `dest`, with the wall time in `meta`."""
         start = time.time()
-        runs = self.run(specs, dest.parent.name if progress else "")
+        runs = self.run(specs, dest.parent.name if progress else "", on_tree_done)
         return write_rows(
             runs, labels, dest, {"trees": len(runs), "seconds": round(time.time() - start, 3), **meta}
         )

@@ -31,7 +31,9 @@ PIPELINE = ("node_rewards", "trees", "group_baselines", "depth_counts")
 ID_COLUMNS = ["run", "round", "task_id", "tree_id", "node_id", "parent_id", "depth"]
 
 
-def _params(nodes_path: Path | list[Path], cfg: ScoringConfig) -> dict[str, Any]:
+def _params(
+    nodes_path: Path | list[Path], cfg: ScoringConfig, trained_version: int, max_staleness: int
+) -> dict[str, Any]:
     if cfg.unfinished_roots not in ("keep", "drop"):
         raise ValueError(f"scoring.unfinished_roots: {cfg.unfinished_roots!r}")
     if cfg.single_tree_groups not in ("skip", "zero_baseline"):
@@ -45,18 +47,25 @@ def _params(nodes_path: Path | list[Path], cfg: ScoringConfig) -> dict[str, Any]
         "unfinished_roots": cfg.unfinished_roots,
         "single_tree_groups": cfg.single_tree_groups,
         "zero_advantage_groups": cfg.zero_advantage_groups,
+        "trained_version": int(trained_version),
+        "max_staleness": int(max_staleness),
     }
 
 
-def score_nodes(nodes_path: str | Path | list[Path], cfg: ScoringConfig) -> pa.Table:
+def score_nodes(
+    nodes_path: str | Path | list[Path], cfg: ScoringConfig, trained_version: int = 0, max_staleness: int = 0
+) -> pa.Table:
     """Score one round's node file (or the files of its shards, read as one table in list order);
-    returns the scores table (rows in the nodes files' order).
+    returns the scores table (rows in the nodes files' order). The round trains version
+    `trained_version` (its round number); a tree sampled more than `max_staleness` versions before
+    it is dropped as 'stale' (campaign.max_staleness).
 
     Raises ValueError when the trees are malformed (duplicate node ids, not exactly one root per
     tree, a tree spanning two task ids, children in another tree than their parent) or when two ids
     share a 64-bit hash key, since every baseline would silently be wrong otherwise.
     """
-    params = _params(nodes_path if isinstance(nodes_path, list) else Path(nodes_path), cfg)
+    path = nodes_path if isinstance(nodes_path, list) else Path(nodes_path)
+    params = _params(path, cfg, trained_version, max_staleness)
     with duckdb.connect() as con:
         for name in PIPELINE:
             run_sql(con, name, params)
@@ -87,8 +96,9 @@ def _check(con: duckdb.DuckDBPyConnection, nodes_path: str | Path, params: dict[
     raise ValueError(f"{nodes_path}: malformed trees: " + "; ".join(named))
 
 
-def score_round(run_dir: str | Path, round: int, cfg: ScoringConfig) -> Path:
-    """Score `rollouts/round=N` into `scores/round=N` and return that partition's path.
+def score_round(run_dir: str | Path, round: int, cfg: ScoringConfig, max_staleness: int = 0) -> Path:
+    """Score `rollouts/round=N` into `scores/round=N` and return that partition's path; trees
+    sampled more than `max_staleness` versions before version N are dropped ('stale').
 
     Idempotent: a complete scores partition is returned as is (scores are a pure function of the
     nodes and the config recorded in its marker), so a retried flow step costs nothing.
@@ -100,9 +110,10 @@ def score_round(run_dir: str | Path, round: int, cfg: ScoringConfig) -> Path:
     src = layout.rollouts(round)
     if not is_complete(src):
         raise FileNotFoundError(f"no complete rollouts partition at {src}")
-    table = score_nodes(partition_files(src, "nodes"), cfg)
+    table = score_nodes(partition_files(src, "nodes"), cfg, round, max_staleness)
+    meta = {"scoring": dataclasses.asdict(cfg), "max_staleness": max_staleness}
     try:
-        return write_partition({"scores": table}, dest, meta={"scoring": dataclasses.asdict(cfg)})
+        return write_partition({"scores": table}, dest, meta=meta)
     except FileExistsError:  # a concurrent scorer finished first: same inputs, same result
         return dest
 
@@ -110,12 +121,15 @@ def score_round(run_dir: str | Path, round: int, cfg: ScoringConfig) -> Path:
 def scores_summary(run_dir: str | Path, round: int) -> dict[str, Any]:
     """Figures of one scored round for logging (MLflow): counts, drops, means, N_d and w_d."""
     scores = read_partition(RunLayout(Path(run_dir)).scores(round), "scores")
+    if "staleness" not in scores.column_names:  # scored before rounds could overlap: all fresh
+        scores = scores.append_column("staleness", pa.array([0] * scores.num_rows, pa.int32()))
     with duckdb.connect() as con:
         con.register("scores", scores)
         totals = run_sql(con, "summary_totals").fetchall()[0]
         drops = run_sql(con, "summary_drops").fetchall()
         depths = run_sql(con, "summary_depths").fetchall()
         groups = run_sql(con, "summary_groups").fetchall()[0]
+        staleness = run_sql(con, "summary_staleness").fetchall()
     nodes, trained, trees, mean_reward, mean_adv, mean_root_reward = totals
     return {
         "round": round,
@@ -129,6 +143,7 @@ def scores_summary(run_dir: str | Path, round: int) -> dict[str, Any]:
         "n_d": {d: n for d, n, _ in depths},
         "w_d": {d: w for d, _, w in depths},
         "groups": dict(zip(GROUP_KINDS, groups, strict=True)),
+        "staleness": {k: {"nodes": n, "trained_nodes": t} for k, n, t in staleness},
     }
 
 

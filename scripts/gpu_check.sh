@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
 # The GPU check, run from an offline install (make install-offline, docs/gpu.md): no registry, no vLLM.
-#   bash scripts/gpu_check.sh              on a GPU machine: DEVICE=cuda, at most BUDGET=480 seconds
-#   bash scripts/gpu_check.sh --dry-run    on a CPU: DEVICE=cpu, tiny sizes, at most 300 seconds (CI runs it)
-# Parts, each under its own `timeout` capped by what is left of BUDGET; one that fails or times out
-# does not stop the next:
+#   bash scripts/gpu_check.sh              on a GPU machine: DEVICE=cuda, at most BUDGET=540 seconds
+#   bash scripts/gpu_check.sh --dry-run    on a CPU: DEVICE=cpu, tiny sizes, at most 360 seconds (CI runs it)
+# Parts, in this order, each under its own `timeout` capped by what is left of BUDGET; one that fails or
+# times out does not stop the next (the caps, and the dry run's lengths they come from: docs/gpu.md):
 #   env            the machine, the versions, CUDA, the `rao` entry point and its suites, `rao doctor`
-#   pytest-gpu     the gpu tier, pytest -m gpu (skipped without CUDA; pytest's 5, nothing selected, is ok)
-#   rao-train      `rao train`, 1 round, on a bf16 copy of the shipped small-warmstart at lr 3e-6
+#   pytest-gpu     the gpu tier, pytest -m gpu, each test file under its own timeout (skipped without CUDA;
+#                  pytest's 5, nothing selected, is ok)
+#   decode-bench   bench/decode_bench.py at Qwen3-0.6B's shape (dry run: tiny): ops, host time per step and
+#                  K/V bookkeeping launches, tokens/s at 128 rows with and without graphs, captures, fallbacks
 #   real-size      one round at Qwen3-0.6B's shapes through the transformers engine (scripts/real_size_cuda.py):
-#                  sampled tokens/s with 32 tasks x G=4 = 128 trees in flight; the train step against the
-#                  memory plan
+#                  32 tasks x G=4 = 128 trees in flight, policy.max_batch_size=128, turns of 256 new tokens;
+#                  sampled tokens/s, decode and prefill seconds apart, graph captures and fallbacks; the train
+#                  step against the memory plan
+#   rao-train      `rao train`, 1 round, on a bf16 copy of the shipped small-warmstart at lr 3e-6
 #   rollout-bench  bench/rollout_bench.py on the device
-#   decode-bench   bench/decode_bench.py on the device, where the file exists
+#   install-offline  with WHEELHOUSE (on a GPU, default wheelhouse/ where it exists): `install-offline
+#                  KEEP=torch,transformers` by KEEP_PYTHON (default python3, the machine's) into
+#                  OUT/venv-keep; then that venv, or else PY, imports transformers, its hub and tokenizers
+#                  and the engine with the network off
 # Results: $OUT/results.json (each part's verdict, seconds, rc and figures); each part's log in $OUT/logs/.
 # Settings: PY (default .venv/bin/python), OUT (default runs/gpu-check), DEVICE, BUDGET, PARTS (a rerun
 # of some: PARTS="real-size rollout-bench"), EXTRA_SETS (more KEY=VALUE settings for the parts that run
-# the pipeline, e.g. EXTRA_SETS=sandbox.seccomp=false where the sandbox cannot load libseccomp).
+# the pipeline, e.g. EXTRA_SETS=sandbox.seccomp=false where the sandbox cannot load libseccomp),
+# WHEELHOUSE and KEEP_PYTHON (install-offline).
 set -u -o pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$SELF")/.."
@@ -48,17 +56,22 @@ PY
   "$PY" -m flows.cli doctor "${SETS[@]}"
 }
 
-p_pytest_gpu() {  # the test files that mark tests gpu, less those importing what this install lacks
-  local files m
+p_pytest_gpu() {  # the test files that mark tests gpu, less those importing what this install lacks, one by one
+  local files m f r rc=0
   files=$(grep -rl "pytest.mark.gpu" tests --include="*.py" | grep -v conftest.py | sort)
   for m in mlflow ray hypothesis peft; do
     [ -n "$files" ] && ! "$PY" -c "import $m" 2>/dev/null && files=$(grep -LE "^(import|from) $m\b" $files)
   done
   [ -z "$files" ] && echo "no test file marks tests gpu" && return 0
   echo "gpu tier:" $files
-  "$PY" -m pytest -m gpu -q -p no:cacheprovider -o addopts= --timeout 300 $files
-  local rc=$?
-  ((rc == 5)) && echo "pytest -m gpu: no test selected (rc 5)" && return 0
+  for f in $files; do
+    echo "--- $f (timeout ${FILE_TIMEOUT}s)"
+    timeout -k 5 "$FILE_TIMEOUT" "$PY" -m pytest -m gpu -q -p no:cacheprovider -o addopts= -rfE "$f"
+    r=$?
+    ((r == 5)) && echo "pytest -m gpu $f: no test selected (rc 5)" && r=0
+    ((r == 124)) && echo "pytest -m gpu $f: timed out after ${FILE_TIMEOUT}s"
+    ((r != 0)) && rc=$r
+  done
   return $rc
 }
 
@@ -85,7 +98,8 @@ p_real_size() {
   local size=(--shape 0.6b --tasks 32 --group 4)
   ((DRY)) && size=(--shape tiny --tasks 1 --group 2)
   sets
-  "$PY" scripts/real_size_cuda.py --out "$OUT/real-size" --device "$DEVICE" "${size[@]}" "${SETS[@]}"
+  "$PY" scripts/real_size_cuda.py --out "$OUT/real-size" --device "$DEVICE" --rows 128 --new-tokens 256 \
+    "${size[@]}" "${SETS[@]}"
 }
 
 p_rollout_bench() {
@@ -96,7 +110,44 @@ p_rollout_bench() {
 }
 
 p_decode_bench() {
-  "$PY" bench/decode_bench.py --device "$DEVICE"
+  local shape=0.6b
+  ((DRY)) && shape=tiny
+  "$PY" bench/decode_bench.py --device "$DEVICE" --shape $shape --rows 128
+}
+
+offline() {  # a command with no network: its own network namespace where the kernel allows one
+  if unshare -rn true 2>/dev/null; then
+    echo "network: none (unshare -rn), and Python's socket connections refused"
+    unshare -rn "$@"
+  else
+    echo "network: Python's socket connections refused (unshare -rn not allowed here)"
+    "$@"
+  fi
+}
+
+p_install_offline() {
+  local py=$PY
+  if [ -n "${WHEELHOUSE:-}" ]; then
+    "$KEEP_PYTHON" scripts/offline_install.py install --dir "$WHEELHOUSE" --venv "$OUT/venv-keep" \
+      --keep torch,transformers || return 1
+    py=$OUT/venv-keep/bin/python
+  else
+    echo "no WHEELHOUSE: no install; the import check runs on PY=$PY"
+  fi
+  offline "$py" - <<'PY'
+import socket
+def refuse(*a, **k):
+    raise OSError("network off (scripts/gpu_check.sh, install-offline)")
+socket.socket.connect = socket.socket.connect_ex = socket.create_connection = refuse
+import importlib.metadata as md
+import huggingface_hub, tokenizers, torch, transformers
+from transformers import AutoTokenizer
+import rao_core.engines.hf
+from rao_core.models.locate import SHIPPED
+AutoTokenizer.from_pretrained(SHIPPED / "small-warmstart")
+names = ("torch", "transformers", "huggingface_hub", "tokenizers", "safetensors")
+print("imported with the network off:", {n: md.version(n) for n in names})
+PY
 }
 
 if [ "${1:-}" = __part ]; then "$2"; exit $?; fi  # one part, run by `part` below under its timeout
@@ -106,11 +157,13 @@ export DRY=0
 [ "${1:-}" = --dry-run ] && DRY=1
 [ $# -gt 0 ] && [ "$1" != --dry-run ] && echo "usage: bash scripts/gpu_check.sh [--dry-run]" && exit 2
 export PY=${PY:-.venv/bin/python} OUT=${OUT:-runs/gpu-check} EXTRA_SETS=${EXTRA_SETS:-}
-export PARTS=${PARTS:-env pytest-gpu rao-train real-size rollout-bench decode-bench}
+export PARTS=${PARTS:-env pytest-gpu decode-bench real-size rao-train rollout-bench install-offline}
+export KEEP_PYTHON=${KEEP_PYTHON:-python3} WHEELHOUSE=${WHEELHOUSE:-}
+[ -z "$WHEELHOUSE" ] && ((!DRY)) && [ -d wheelhouse ] && WHEELHOUSE=wheelhouse  # make wheelhouse's default folder
 if ((DRY)); then
-  export DEVICE=${DEVICE:-cpu} BUDGET=${BUDGET:-300}
+  export DEVICE=${DEVICE:-cpu} BUDGET=${BUDGET:-360} FILE_TIMEOUT=60
 else
-  export DEVICE=${DEVICE:-cuda} BUDGET=${BUDGET:-480}
+  export DEVICE=${DEVICE:-cuda} BUDGET=${BUDGET:-540} FILE_TIMEOUT=150
 fi
 "$PY" -c "import rao_core" 2>/dev/null || die "$PY cannot import rao_core (make install-offline, or PY=)"
 [ -e "$OUT" ] && [ ! -f "$OUT/parts.tsv" ] && die "OUT=$OUT is not an earlier check's folder: not removing it"
@@ -143,14 +196,14 @@ part() {
 
 rm -rf "$OUT" && mkdir -p "$OUT/logs" && : >"$OUT/parts.tsv"
 echo "gpu_check: $( ((DRY)) && echo dry run, )DEVICE=$DEVICE BUDGET=${BUDGET}s PY=$PY OUT=$OUT tracking=$TRACKING"
-if ((DRY)); then  # maxima on 2 CPU cores
-  part env 60 10; part pytest-gpu 90 20; part rao-train 150 40; part real-size 60 20; part rollout-bench 90 20
+# Caps: on 2 CPU cores, about twice the dry run's longest measured length (docs/gpu.md); on a GPU, the parts
+# that do the same work there at 1.5x their dry length, at least 30 s, and the ones that do more (the gpu
+# tier, the 0.6B decode bench and round, the install) from their work (docs/gpu.md).
+if ((DRY)); then
+  part env 30 10; part pytest-gpu 120 20; part decode-bench 60 20; part real-size 60 20; part rao-train 180 40
+  part rollout-bench 90 20; part install-offline 30 10
 else
-  part env 45 10; part pytest-gpu 60 20; part rao-train 150 60; part real-size 120 40; part rollout-bench 60 20
-fi
-if [ -f bench/decode_bench.py ]; then
-  part decode-bench 45 15
-elif [[ " $PARTS " == *" decode-bench "* ]]; then
-  printf 'decode-bench\tskipped\t0\t-\tbench/decode_bench.py does not exist\n' >>"$OUT/parts.tsv"
+  part env 30 10; part pytest-gpu $((2 * FILE_TIMEOUT)) 30; part decode-bench 120 40; part real-size 240 60
+  part rao-train 120 60; part rollout-bench 70 20; part install-offline 120 20
 fi
 "$PY" scripts/gpu_check_results.py "$OUT" "$( ((DRY)) && echo dry-run || echo gpu)" "$(($(date +%s) - START))"

@@ -3,9 +3,10 @@
     python scripts/gpu_check_results.py OUT MODE SECONDS
 
 Per part: verdict (ok, failed, timeout, skipped), seconds, rc, and the figures the part produced:
-env (versions, CUDA, the GPU), pytest-gpu (counts of its closing line), rao-train (per version:
-the train step's metrics; the rollout; the evaluations), real-size (scripts/real_size_cuda.py's
-JSON), the benches (their printed lines).
+env (versions, CUDA, the GPU), pytest-gpu (the counts of its files' closing lines, summed, and the
+files that timed out), rao-train (per version: the train step's metrics; the rollout; the
+evaluations), real-size (scripts/real_size_cuda.py's JSON), the benches and install-offline (their
+printed lines).
 """
 
 from __future__ import annotations
@@ -52,9 +53,16 @@ def figures(name: str, out: Path) -> dict:
     log = out / "logs" / f"{name}.log"
     if name == "env" and (out / "env.json").is_file():
         return load(out / "env.json")
-    if name == "pytest-gpu":
-        closing = next((line for line in reversed(tail(log, 50)) if re.search(r"\d+ (passed|skipped|failed|deselected|error)", line)), "")  # fmt: skip
-        return {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", closing)} | {"closing_line": closing}
+    if name == "pytest-gpu":  # one closing line per test file: their counts summed
+        closing = [line for line in tail(log, 10**6) if re.match(r"=* *\d+ (passed|skipped|failed|deselected|error).* in [\d.]+s", line)]  # fmt: skip
+        counts: dict = {}
+        for line in closing:
+            for n, word in re.findall(r"(\d+) (\w+)", line.split(" in ")[0]):
+                counts[word] = counts.get(word, 0) + int(n)
+        return counts | {
+            "closing_lines": closing,
+            "timeouts": [line for line in tail(log, 10**6) if "timed out after" in line],
+        }
     if name == "rao-train" and (out / "runs" / "train").is_dir():
         return run_figures(out / "runs" / "train")
     if name == "real-size":

@@ -17,7 +17,8 @@ the whole lock, dependencies resolved, so the folder must be complete. With --ke
 sees that Python's own site-packages (a .pth file: like --system-site-packages, and it also works
 when that Python is itself a venv), keeps the named distributions (`all`: every one there) at any
 version, torch and transformers only inside the window below, and installs with `--no-deps` what is
-missing or at another version than the lock's. Then the project, editable, with `--no-deps
+missing or at another version than the lock's, at the version a kept distribution requires where the
+lock's is not one (a kept transformers checks huggingface-hub's and tokenizers' at import). Then the project, editable, with `--no-deps
 --no-build-isolation` (setuptools comes from the folder), so `rao` and its `rao.suites` entry
 points work.
 """
@@ -99,6 +100,69 @@ def plan(lock: dict[str, str], installed: dict[str, str], wheels: dict[str, set[
         else:
             out["absent"][name] = want
     return out
+
+
+def reconcile(todo: dict, lock: dict[str, str], installed: dict[str, str], needs: dict) -> None:
+    """Make `todo` (plan's) meet what the kept distributions require of the others: a kept
+    transformers checks the versions of huggingface-hub, tokenizers and more when it is imported
+    and refuses the lock's where its own pins differ. needs: {kept: {dep: (specifier, [versions
+    of dep, installed or in the folder, that satisfy it])}} (`kept_needs` asks the venv). A dep
+    whose planned version fails is kept at the machine's own version where that satisfies every
+    kept one's pin, else installed at the newest wheel that does, else reported."""
+    wanted: dict[str, list[tuple[str, str, set[str]]]] = {}
+    for kept, deps in needs.items():
+        for dep, (spec, ok) in deps.items():
+            wanted.setdefault(dep, []).append((kept, spec, set(ok)))
+    for dep, pins in sorted(wanted.items()):
+        ok = set.intersection(*(versions for *_, versions in pins))
+        planned = todo["install"][dep][0] if dep in todo["install"] else installed.get(dep)
+        if dep in todo["absent"] or planned in ok:
+            continue
+        why = "; ".join(f"{kept} {installed.get(kept, '?')} needs {dep}{spec}" for kept, spec, _ in pins)
+        have = installed.get(dep)
+        if have in ok:
+            todo["install"].pop(dep, None)
+            todo["keep"][dep] = f"{have} (kept: {why}; the lock has {lock[dep]})"
+        elif ok - {have}:
+            todo["keep"].pop(dep, None)
+            todo["install"][dep] = (max(ok - {have}, key=release), why)
+        else:
+            todo["problems"][dep] = (
+                f"{why}: neither the installed {have} nor a wheel of the folder satisfies it"
+            )
+
+
+# Run in the venv (it sees the kept distributions): their requirements on the lock's others, with pip's
+# own packaging (markers evaluated for this Python), and which candidate versions satisfy each.
+KEPT_NEEDS = """
+import json, sys, importlib.metadata as md
+from pip._vendor.packaging.requirements import Requirement
+from pip._vendor.packaging.utils import canonicalize_name
+from pip._vendor.packaging.version import InvalidVersion, Version
+kept, candidates = json.loads(sys.argv[1])
+def version(v):
+    try:
+        return Version(v.split("+")[0])
+    except InvalidVersion:
+        return None
+out = {}
+for name in kept:
+    for r in map(Requirement, md.distribution(name).requires or []):
+        dep = canonicalize_name(r.name)
+        if dep not in candidates or (r.marker and not r.marker.evaluate({"extra": ""})):
+            continue
+        ok = [v for v in candidates[dep] if version(v) and r.specifier.contains(version(v), prereleases=True)]
+        out.setdefault(name, {})[dep] = [str(r.specifier), ok]
+print(json.dumps(out))
+"""
+
+
+def kept_needs(py: Path, kept: list[str], candidates: dict[str, list[str]]) -> dict:
+    """What the kept distributions require of the lock's others, as `reconcile` reads it."""
+    import json
+
+    out = run(py, "-c", KEPT_NEEDS, json.dumps([kept, candidates]), capture_output=True)
+    return {k: {d: tuple(v) for d, v in deps.items()} for k, deps in json.loads(out.stdout).items()}
 
 
 def run(*cmd, check: bool = True, **kw) -> subprocess.CompletedProcess:
@@ -239,7 +303,14 @@ def cmd_install(a) -> None:
         if wheel is None:
             sys.exit(f"install-offline: {venv} has no pip, {folder} no pip wheel (make wheelhouse adds one)")
         run(py, f"{wheel}/pip", "install", "-q", "--no-index", "--no-deps", wheel)
-    todo = plan(lock, {canon(n): v for n, v in ask(py, INSTALLED).items()}, wheels_in(folder), keep)
+    installed, wheels = {canon(n): v for n, v in ask(py, INSTALLED).items()}, wheels_in(folder)
+    todo = plan(lock, installed, wheels, keep)
+    kept = [n for n, why in todo["keep"].items() if "(kept" in why]  # at another version than the lock's
+    if kept:
+        candidates = {
+            n: sorted({*wheels.get(n, ()), *([installed[n]] if n in installed else [])}) for n in lock
+        }
+        reconcile(todo, lock, installed, kept_needs(py, kept, candidates))
     shown = {n: why for n, why in todo["keep"].items() if "as locked" not in why or n in WINDOWS}
     for name, why in shown.items():
         print(f"keep     {name} {why}")
@@ -248,7 +319,8 @@ def cmd_install(a) -> None:
     print(f"install  {len(missing)} missing: {' '.join(missing)}" if missing else "install  none missing")
     for name, (version, why) in todo["install"].items():
         if why != "missing":
-            print(f"install  {name}=={version} (instead of the {why})")
+            instead = "instead of the " if why.startswith("installed") else ""
+            print(f"install  {name}=={version} ({instead}{why})")
     for name, why in todo["problems"].items():
         print(f"WARNING  {name}: {why}")
     if todo["absent"]:  # left out of the wheelhouse on purpose (mlflow, ray), or forgotten

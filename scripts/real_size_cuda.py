@@ -4,11 +4,14 @@ scripts/real_size_round.py runs `rao train` with vLLM; this drives the same stag
 rao_core's own functions (warm start, rollout, score, train: no Prefect, no MLflow, no vLLM) on a
 model with random weights, served in bf16 on CUDA and trained with float32 master weights. It
 records the rollout (trees, nodes, sampled tokens, seconds, sampled tokens/s with tasks x group
-trees in flight, peak GPU memory), the train step (seconds, tokens, peak memory) and the memory
-plan of rao_core/memory.py for the same settings (what `rao train --check` prints) beside them,
-into OUT/real_size_SHAPE.json after each phase (a run stopped by a timeout keeps what it measured).
+trees in flight, peak GPU memory) and its engine's own figures (decode and prefill seconds apart,
+decode steps and their mean rows, CUDA graph captures and fallbacks to eager steps, its K/V
+slots), the train step (seconds, tokens, peak memory) and the memory plan of rao_core/memory.py
+for the same settings (what `rao train --check` prints) beside them, into OUT/real_size_SHAPE.json
+after each phase (a run stopped by a timeout keeps what it measured).
 
     python scripts/real_size_cuda.py --out DIR [--shape 0.6b|tiny] [--device cuda] [--tasks 32 --group 4]
+        [--rows 128] [--new-tokens 256]
 """
 
 from __future__ import annotations
@@ -61,6 +64,36 @@ def build(folder: Path, shape: dict, device: str) -> Path:
     return folder
 
 
+def opened_engines() -> list:
+    """Every HFEngine built from now on, in order (the rollout's is the first)."""
+    from rao_core.engines.hf import HFEngine
+
+    seen, init = [], HFEngine.__init__
+
+    def recording(self, *args, **kw):
+        init(self, *args, **kw)
+        seen.append(self)
+
+    HFEngine.__init__ = recording
+    return seen
+
+
+def engine_figures(engine) -> dict:
+    """The engine's own account of the round: decode and prefill apart, graphs, slots."""
+    st = engine.stats
+    return {
+        "decode_seconds": round(st.decode_seconds, 2), "prefill_seconds": round(st.prefill_seconds, 2),
+        "forward_seconds": round(st.forward_seconds, 2), "tokens_generated": st.tokens_generated,
+        "tokens_per_decode_second": round(st.tokens_generated / max(st.decode_seconds, 1e-9), 1),
+        "forwards": st.batches, "mean_rows": round(sum(st.batch_sizes) / max(len(st.batch_sizes), 1), 1),
+        "max_rows": max(st.batch_sizes, default=0), "prefill_tokens": st.prefill_tokens,
+        "prompt_tokens": st.prompt_tokens, "prefix_hits": st.prefix_hits, "wakes": st.wakes,
+        "graph_captures": st.graph_captures, "graph_fallbacks": st.graph_fallbacks,
+        "graphs_on": bool(engine.static and engine.static.graphs_on), "slots": engine.slot_shape,
+        "decode": "static" if engine.static is not None else "runs",
+    }  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -68,6 +101,12 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--tasks", type=int, default=32, help="root tasks of the round")
     ap.add_argument("--group", type=int, default=4, help="trees per task: tasks x group trees in flight")
+    ap.add_argument(
+        "--rows", type=int, default=128, help="policy.max_batch_size: rows the engine decodes at once"
+    )
+    ap.add_argument(
+        "--new-tokens", type=int, default=256, help="agent.max_new_tokens: a turn's tokens at most"
+    )
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="more settings")
     a = ap.parse_args()
     import torch
@@ -100,7 +139,8 @@ def main() -> None:
         "policy.engine_processes=0", f"policy.device={a.device}", f"train.device={a.device}",
         f"policy.dtype={'bfloat16' if cuda else 'float32'}",
         "campaign.rounds=1", f"rollout.num_tasks={a.tasks}", f"rollout.group_size={a.group}",
-        f"rollout.max_concurrent_trees={trees}", "agent.max_steps=3", "agent.max_new_tokens=24",
+        f"rollout.max_concurrent_trees={trees}", f"policy.max_batch_size={a.rows}", "agent.max_steps=3",
+        f"agent.max_new_tokens={a.new_tokens}",
         "eval.num_tasks=2", "eval.trees_to_render=0", "scoring.zero_advantage_groups=keep",
         "train.gradient_checkpointing=true", "train.max_tokens_per_microbatch=2048",
         "train.steps_per_round=1", "train.lr=3e-6", "tracking.enabled=false", *a.set,
@@ -112,6 +152,7 @@ def main() -> None:
     result["memory_plan_gib"] = {s: round(plan.total(s), 2) for s in plan.stages}
     save()
     run = Run(cfg)
+    engines = opened_engines()
     with runlock.writing(cfg.run_dir, "scripts/real_size_cuda.py"), campaign.engines(run):
         synthesize(run)
         warm_start(run)
@@ -128,6 +169,7 @@ def main() -> None:
             "sampled_tokens_per_s": round(sampled / max(seconds, 1e-9), 1),
             "peak_gpu_gib": gib(torch.cuda.max_memory_allocated()) if cuda else None,
         }  # fmt: skip
+        result["rollout"]["engine"] = engine_figures(engines[0]) if engines else None
         print(json.dumps(result["rollout"]), flush=True)
         save()
         score(run, 0)

@@ -2,6 +2,8 @@
 --   b_{-g} = (sum of the OTHER valid trees' root rewards in the task's group) / (number of them)
 -- A group is a root task (task_id) within the round. Which trees are valid, and what happens to
 -- groups the equation cannot serve, are settings (docs/scoring.md):
+--   * sampled more than $max_staleness versions before the one this round trains
+--                                            -> always dropped ('stale'): the bound on off-policy data
 --   * tree_status = 'timeout'                -> always dropped from its group ('timeout')
 --   * tree_status = 'infra_error'            -> always dropped: a component failed, not the policy
 --                                               ('infra_error', rao_core/errors.py)
@@ -15,7 +17,8 @@
 CREATE OR REPLACE TEMP TABLE tree_baselines AS
 WITH validity AS (
     SELECT tree_key, task_key, root_reward, reward_lo, reward_hi,
-           CASE WHEN timed_out THEN 'timeout'
+           CASE WHEN staleness > $max_staleness THEN 'stale'
+                WHEN timed_out THEN 'timeout'
                 WHEN infra_failed THEN 'infra_error'
                 WHEN $unfinished_roots = 'drop' AND root_unfinished THEN 'unfinished_root'
            END AS invalid_reason

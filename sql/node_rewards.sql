@@ -13,8 +13,11 @@
 -- nodes file, or with the shards' files of a sharded round read as one list in shard order.
 -- kids_in_tree: the node's children (if any) all carry its tree_id; a parent_id whose hash
 -- collides with a node of another tree breaks it, so checks.sql refuses that too.
+-- staleness: the version this round trains (its round r: the update takes v_r to v_r+1) minus the
+-- version that sampled the node (policy_version; campaign.max_staleness k samples round r with
+-- max(0, r - k)). A row with no version is as old as the version it trains.
 -- Parameters: $nodes_path (that round's nodes.parquet, or its shards' files as a list, read by path,
--- never by a hive filter), $lam.
+-- never by a hive filter), $lam, $trained_version.
 CREATE OR REPLACE TEMP TABLE node_rewards AS
 WITH n AS MATERIALIZED (
     SELECT (file_index::UBIGINT << 40) + file_row_number AS row_nr,
@@ -26,7 +29,8 @@ WITH n AS MATERIALIZED (
            coalesce(tree_status = 'timeout', false) AS timed_out,
            coalesce(tree_status = 'infra_error', false) AS infra_failed,
            status IS DISTINCT FROM 'finished' AS unfinished,
-           coalesce(success, 0)::DOUBLE AS success
+           coalesce(success, 0)::DOUBLE AS success,
+           $trained_version::INTEGER - coalesce(policy_version, $trained_version::INTEGER) AS staleness
     FROM read_parquet($nodes_path, file_row_number = true)
 ),
 kids AS (

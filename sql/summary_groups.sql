@@ -3,17 +3,20 @@
 --   all_failed    no spread, and every valid root has success 0
 --   all_succeeded no spread, and every valid root has success 1
 --   no_spread     no spread otherwise (equal partial scores, or a lone valid tree)
---   no_valid      every tree timed out or failed infrastructure
+--   no_valid      every tree timed out, failed infrastructure or was stale
 -- Reads a `scores` table of one round.
 WITH groups AS (
     SELECT task_id,
            bool_or(trained AND advantage <> 0) AS spread,
            count(*) FILTER (WHERE parent_id IS NULL AND drop_reason IS DISTINCT FROM 'timeout'
-                            AND drop_reason IS DISTINCT FROM 'infra_error') AS valid_roots,
+                            AND drop_reason IS DISTINCT FROM 'infra_error'
+                            AND drop_reason IS DISTINCT FROM 'stale') AS valid_roots,
            min(success) FILTER (WHERE parent_id IS NULL AND drop_reason IS DISTINCT FROM 'timeout'
-                                AND drop_reason IS DISTINCT FROM 'infra_error') AS lo,
+                                AND drop_reason IS DISTINCT FROM 'infra_error'
+                                AND drop_reason IS DISTINCT FROM 'stale') AS lo,
            max(success) FILTER (WHERE parent_id IS NULL AND drop_reason IS DISTINCT FROM 'timeout'
-                                AND drop_reason IS DISTINCT FROM 'infra_error') AS hi
+                                AND drop_reason IS DISTINCT FROM 'infra_error'
+                                AND drop_reason IS DISTINCT FROM 'stale') AS hi
     FROM scores
     GROUP BY task_id
 )

@@ -1,6 +1,7 @@
 """Prefect tasks: one per stage, each calling the stage itself (rao_core/stages/) and saying what
 it did in the flow run's log. They return paths (or small dicts of figures), never data frames or
-models."""
+models. A task run is named by its round (`rollout-r3`, `train-r3`) or version (`evaluate-v4`), so
+that the UI's timeline shows which rounds overlap (campaign.max_staleness)."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def warm_start(run: Run) -> str:
     return str(warm_start_stage.warm_start(run))
 
 
-@task(name="rollout", **STAGE)
+@task(name="rollout", task_run_name="rollout-r{round_}", **STAGE)
 def rollout(run: Run, round_: int) -> str:
     done = run.layout.complete(run.layout.rollouts(round_))
     path = rollout_stage.roll_out(run, round_)
@@ -63,20 +64,20 @@ def rollout(run: Run, round_: int) -> str:
     return str(path)
 
 
-@task(name="rollout-shard", **SHARD)
+@task(name="rollout-shard", task_run_name="rollout-r{round_}-shard-{shard}", **SHARD)
 def rollout_shard(run: Run, round_: int, shard: int) -> str:
     """One shard of a round (one Ray task under the Ray task runner). Prefect retries it when it
     raises; Ray re-runs it when its worker is lost. Either way a complete shard is not redone."""
     return str(rollout_stage.roll_out_shard(run, round_, shard))
 
 
-@task(name="evaluate-shard", **SHARD)
+@task(name="evaluate-shard", task_run_name="evaluate-v{version}-shard-{shard}", **SHARD)
 def evaluate_shard(run: Run, version: int, shard: int) -> str:
     """One shard of a version's evaluation, retried like a rollout shard."""
     return str(evaluate_stage.evaluate_shard(run, version, shard))
 
 
-@task(name="score", **STAGE)
+@task(name="score", task_run_name="score-r{round_}", **STAGE)
 def score(run: Run, round_: int) -> str:
     done = run.layout.complete(run.layout.scores(round_))
     path = score_stage.score(run, round_)
@@ -87,7 +88,9 @@ def score(run: Run, round_: int) -> str:
     return str(path)
 
 
-@task(name="train", log_prints=False, **STAGE)  # dill (datasets) prints `dis` output
+@task(
+    name="train", task_run_name="train-r{round_}", log_prints=False, **STAGE
+)  # dill (datasets) prints `dis` output
 def train(run: Run, round_: int) -> str:
     done = run.layout.checkpoint_complete(round_ + 1)
     train_stage.train(run, round_)
@@ -98,7 +101,7 @@ def train(run: Run, round_: int) -> str:
     return str(run.layout.checkpoint(round_ + 1))
 
 
-@task(name="evaluate", **STAGE)
+@task(name="evaluate", task_run_name="evaluate-v{version}", **STAGE)
 def evaluate(run: Run, version: int) -> dict:
     done = run.layout.complete(run.layout.eval(version))
     summary = evaluate_stage.evaluate(run, version)
@@ -109,7 +112,7 @@ def evaluate(run: Run, version: int) -> dict:
     return summary
 
 
-@task(name="report", cache_policy=NO_CACHE)
+@task(name="report", task_run_name="report-r{round_}", cache_policy=NO_CACHE)
 def report(run: Run, round_: int) -> dict:
     """Log the round to MLflow (once) and summarise it as Prefect artifacts in the UI."""
     metrics = report_stage.round_report(run, round_)

@@ -44,15 +44,34 @@ def test_the_dry_run_runs_every_part_on_the_cpu_within_its_budget(tmp_path):
     result = json.loads((out_dir / "results.json").read_text())
     parts = result["parts"]
     assert result["mode"] == "dry-run"  # each part ran under its own timeout, inside the budget
-    assert list(parts) == ["env", "pytest-gpu", "rao-train", "real-size", "rollout-bench", "decode-bench"]
+    assert list(parts) == [
+        "env", "pytest-gpu", "decode-bench", "real-size", "rao-train", "rollout-bench", "install-offline"
+    ]  # fmt: skip
     for name, part in parts.items():
         assert part["verdict"] == "ok", (name, part, (out_dir / "logs" / f"{name}.log").read_text()[-2000:])  # fmt: skip
     assert parts["env"]["figures"]["cuda_available"] is False
     assert "textcraft" in parts["env"]["figures"]["rao_suites"]
     assert parts["pytest-gpu"]["figures"].get("failed", 0) == 0  # no CUDA here: the gpu tier is skipped
+    assert (
+        parts["pytest-gpu"]["figures"]["skipped"] > 0
+        and len(parts["pytest-gpu"]["figures"]["closing_lines"]) == 2
+    )
     train = parts["rao-train"]["figures"]["versions"]["version=1"]
     assert train["tokens"] > 0 and train["served_dtype"] == "bfloat16" and train["lr"] == 3e-6
     real = parts["real-size"]["figures"]["real_size_tiny"]
     assert real["rollout"]["trees"] == 2 and real["rollout"]["sampled_tokens_per_s"] > 0
+    assert (
+        "policy.max_batch_size=128" in real["overrides"] and "agent.max_new_tokens=256" in real["overrides"]
+    )
+    engine = real["rollout"]["engine"]  # decode and prefill apart, graphs counted (none on a CPU)
+    assert engine["decode_seconds"] > 0 and engine["prefill_seconds"] > 0 and engine["tokens_generated"] > 0
+    assert (engine["graph_captures"], engine["graph_fallbacks"], engine["graphs_on"]) == (0, 0, False)
     assert real["train"]["tokens"] > 0 and real["plan_vs_measured_gib"]["train"]["plan"] > 0
     assert any(line.startswith("(a) rollout:") for line in parts["rollout-bench"]["figures"]["lines"])
+    bench = parts["decode-bench"]["figures"]["lines"]
+    assert any("host time per decode step at 128 rows" in line for line in bench)
+    assert any("1.0 per arriving row" in line for line in bench)
+    assert any(
+        line.startswith("imported with the network off:")
+        for line in parts["install-offline"]["figures"]["lines"]
+    )

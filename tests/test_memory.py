@@ -108,3 +108,40 @@ def test_check_prints_the_plan_and_refuses_what_cannot_fit(tmp_path, monkeypatch
     monkeypatch.setattr(memory, "devices", lambda: {"cpu": memory.Device("host memory", 4.0)})
     assert main(args) == 2
     assert "memory: the train stage needs about" in capsys.readouterr().err
+
+
+def test_the_plan_counts_the_fixed_k_v_slots_of_the_transformers_engine_on_a_gpu(tmp_path, monkeypatch):
+    """Issue 51, item 4: on CUDA the static path's slots are max_batch_size rows of the columns the
+    memory gives them (kv_budget.py, the engine's own sizing), beside the weights and the prefix
+    store; rows the memory cannot give 256 columns are refused in one line."""
+    from rao_core.engines import kv_budget
+
+    monkeypatch.setattr(memory, "devices", lambda: H100)
+    model = shaped_model(tmp_path / "0.6b", **QWEN3_0_6B)
+
+    def hf(*overrides: str):
+        cfg = load_config(
+            overrides=[f"runs_dir={tmp_path}", f"policy.model={model}", "policy.kind=hf", "policy.device=cuda",
+                       "train.device=cuda", "train.gradient_checkpointing=true", *overrides],
+            check_files=False,
+        )  # fmt: skip
+        return cfg, memory.plan(cfg.train, cfg.policy, model, H100)
+
+    cfg, pl = hf("policy.max_batch_size=128")
+    col = 28 * 2 * 1024 * 2  # layers x (K, V) x kv_dim x bf16: 112 KiB a token
+    weights = pl.shape.params * 2
+    cols = kv_budget.slot_columns(79.6 * memory.GIB - weights, 128, col, 40960, kv_budget.PREFIX_TOKENS)
+    assert cols == 2931  # (0.6 x 78.5 GiB - 7 GiB of prefix store) / (128 x 112 KiB) - 1
+    parts = pl.stages["rollout"]
+    assert parts[f"K/V slots (128 rows x {cols:,} columns)"] == pytest.approx(
+        128 * (cols + 1) * col / memory.GIB
+    )
+    assert parts["prefix store"] == pytest.approx(7.0) and "KV cache" not in parts
+    assert f"K/V slots (128 rows x {cols:,} columns)" in memory.check(cfg.policy, cfg.train)
+    assert "KV cache" in hf("policy.decode=runs")[1].stages["rollout"]  # growing slots: as before
+    cfg, pl = hf("policy.max_batch_size=16384")
+    assert "fewer than 256" in pl.refused["rollout"]
+    with pytest.raises(
+        ConfigError, match=r"^memory: the rollout stage's K/V slots of 16384 rows get \d+ columns"
+    ):
+        memory.check(cfg.policy, cfg.train)

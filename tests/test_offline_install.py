@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -136,3 +137,59 @@ def test_install_offline_keeps_what_the_python_has_and_installs_the_rest_with_no
     assert seen.startswith(str(versions)), seen
     assert str(src / "rao_core") in seen and "'textcraft'" in seen
     assert (venv / "bin" / "rao").is_file()
+
+
+def test_a_kept_transformers_gets_the_hub_and_tokenizers_its_own_pins_accept(tmp_path):
+    """Issue 51, item 8: a kept transformers 5.17.0 whose metadata pins huggingface-hub and
+    tokenizers below the lock's: the machine's own copy is kept where it satisfies the pin, a
+    wheel of the folder that does is installed, and a pin nothing satisfies is reported. Its
+    requirements are read as the install reads them (KEPT_NEEDS, run by a Python with pip)."""
+    site = tmp_path / "site"
+    info = site / "transformers-5.17.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: transformers\nVersion: 5.17.0\n"
+        "Requires-Dist: huggingface-hub<2.0,>=1.3.0\nRequires-Dist: tokenizers<=0.22.2,>=0.22.0\n"
+        "Requires-Dist: safetensors>=0.4.3\nRequires-Dist: numpy>=1.17\n"
+        'Requires-Dist: accelerate>=1.1.0; extra == "torch"\n'
+    )
+    lock = {**LOCK, "huggingface-hub": "1.40.0", "tokenizers": "0.23.1", "safetensors": "0.7.0"}
+    installed = {
+        "torch": "2.11.0",
+        "transformers": "5.17.0",
+        "huggingface-hub": "1.33.0",
+        "tokenizers": "0.22.1",
+    }
+    wheels = {
+        **WHEELS,
+        "huggingface-hub": {"1.40.0"},
+        "tokenizers": {"0.23.1", "0.22.2"},
+        "safetensors": {"0.7.0"},
+    }
+    todo = oi.plan(lock, installed, wheels, keep={"torch", "transformers"})
+    assert todo["install"]["tokenizers"] == ("0.23.1", "installed 0.22.1")  # the lock's, at first
+    candidates = {n: sorted({*wheels.get(n, ()), *([installed[n]] if n in installed else [])}) for n in lock}
+    env = {**os.environ, "PYTHONPATH": str(site)}  # the fake transformers first on the path
+    out = subprocess.run(
+        [sys.executable, "-c", oi.KEPT_NEEDS, json.dumps([["transformers"], candidates])],
+        capture_output=True, text=True, env=env, check=True,
+    )  # fmt: skip
+    needs = {k: {d: tuple(v) for d, v in deps.items()} for k, deps in json.loads(out.stdout).items()}
+    assert needs["transformers"]["tokenizers"] == ("<=0.22.2,>=0.22.0", ["0.22.1", "0.22.2"])
+    assert "accelerate" not in needs["transformers"]  # an extra's requirement
+    oi.reconcile(todo, lock, installed, needs)
+    assert todo["keep"]["tokenizers"].startswith("0.22.1 (kept: transformers 5.17.0 needs tokenizers<=0.22.2")
+    assert "tokenizers" not in todo["install"]
+    assert todo["install"]["huggingface-hub"] == ("1.40.0", "installed 1.33.0")  # the lock's is < 2.0: kept
+    assert todo["install"]["safetensors"] == ("0.7.0", "missing") and todo["problems"] == {}
+
+    installed["tokenizers"] = "0.21.0"  # the machine's copy too old: the folder's 0.22.2 instead
+    todo = oi.plan(lock, installed, wheels, keep={"torch", "transformers"})
+    oi.reconcile(todo, lock, installed, {"transformers": {"tokenizers": ("<=0.22.2,>=0.22.0", ["0.22.2"])}})
+    assert todo["install"]["tokenizers"] == (
+        "0.22.2",
+        "transformers 5.17.0 needs tokenizers<=0.22.2,>=0.22.0",
+    )
+    todo = oi.plan(lock, installed, wheels, keep={"torch", "transformers"})
+    oi.reconcile(todo, lock, installed, {"transformers": {"tokenizers": ("<0.22", [])}})
+    assert "neither the installed 0.21.0 nor a wheel of the folder" in todo["problems"]["tokenizers"]

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from rao_core.config.types import Float, Int, opt, section
+from rao_core.config.types import Device, Float, Int, opt, section
 
 EngineKind = Literal["scripted", "hf", "vllm", "openai"]
 
@@ -67,7 +67,7 @@ class HFPolicy(PolicyConfig):
     """The micro-batching transformers engine (CPU or GPU), in a child process or the campaign's."""
 
     kind: Literal["hf"] = opt("hf", "transformers")
-    device: Literal["auto", "cpu", "cuda"] = opt("auto", "cpu, cuda or auto", resume="free")
+    device: Device = opt("auto", "cpu, cuda, cuda:N (GPU N) or auto", resume="free")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = opt(
         "auto", "float32, bfloat16 or auto (bf16 on GPU, fp32 on CPU)"
     )
@@ -102,7 +102,7 @@ class VLLMPolicy(PolicyConfig):
     the campaign (docs/engines.md)."""
 
     kind: Literal["vllm"] = opt("vllm", "a managed vLLM server")
-    device: Literal["auto", "cpu", "cuda"] = opt("auto", "cpu, cuda or auto", resume="free")
+    device: Device = opt("auto", "cpu, cuda, cuda:N (GPU N) or auto", resume="free")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = opt(
         "auto", "float32, bfloat16 or auto (bf16 on GPU, fp32 on CPU)"
     )

@@ -19,6 +19,7 @@ from rao_core.config.policy import (
 )
 from rao_core.config.types import (
     ContextLimits,
+    Device,
     Difficulties,
     Float,
     Int,
@@ -250,7 +251,7 @@ class TrainConfig:
         4, "optimiser steps per round: the batch is dealt into this many mini-batches", ge=1
     )
     seed: Int = opt(0, "seed of mini-batch dealing and of torch")
-    device: Literal["auto", "cpu", "cuda"] = opt("auto", "cpu, cuda or auto", resume="free")
+    device: Device = opt("auto", "cpu, cuda, cuda:N (GPU N) or auto", resume="free")
     accelerate_config: str = opt(
         "",
         "accelerate config file (configs/accelerate/*.yaml): the train stage then runs as its own "
@@ -323,6 +324,24 @@ class CampaignConfig:
         "root tasks per round of the control arm (0: rollout.num_tasks). Single-agent trees are "
         "shorter; raise it until both arms sample as many tokens (reports/learning_curves.md)",
         ge=0,
+    )
+    max_staleness: Int = opt(
+        0,
+        "k: round r samples its trees with policy version max(0, r - k). 0: every round samples "
+        "with the version it trains (rollout, then training, in turn). k >= 1: the engines roll "
+        "out the next rounds and evaluate while the trainer trains (both busy, about max(rollout + "
+        "evaluation, training) a round instead of their sum), at the price of trees up to k "
+        "versions old, corrected by the importance ratio; scoring drops any older tree "
+        "(docs/overlap.md)",
+        ge=0,
+        resume="free",
+    )
+    wait_timeout_s: Float = opt(
+        14400.0,
+        "k >= 1: how long a stage may wait for another's output (a rollout for its checkpoint, the "
+        "trainer for a rollout) before the campaign stops with an error instead of hanging",
+        gt=0,
+        resume="free",
     )
 
 

@@ -3,6 +3,7 @@ types (strict ints, numbers that are not booleans, comma lists checked item by i
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 import yaml
@@ -75,8 +76,21 @@ def _ints_at_least(low: int):
     return check
 
 
+def _device(value: str) -> str:
+    if not re.fullmatch(r"auto|cpu|cuda|cuda:\d+", value):
+        raise ValueError("expected auto, cpu, cuda or cuda:N (the GPU of index N)")
+    return value
+
+
+def device_type(device: str) -> str:
+    """'cuda:1' -> 'cuda'; 'cpu', 'auto' as they are."""
+    return device.split(":")[0]
+
+
 Int = StrictInt  # YAML gives ints; a bool or a string is a mistake, not an int
 Float = Annotated[float, BeforeValidator(_no_bool)]
+# A device: auto, cpu, cuda, or cuda:N, so that the engines and the trainer can sit on different GPUs.
+Device = Annotated[str, AfterValidator(_device)]
 # Lists are lists (YAML `[medium, hard]`), and `medium,hard` on the command line means the same.
 # Difficulty labels are the suite's (rao_core/envs/registry.py checks them against it).
 Difficulties = Annotated[list[str], BeforeValidator(_as_list), AfterValidator(_non_empty)]

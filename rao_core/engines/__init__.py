@@ -23,7 +23,8 @@ def build_engine(
     """The engine named by `policy_cfg.kind` (hf, vllm or openai), serving `policy_cfg.model` (a
     whole model, or a LoRA adapter folder over its base). vllm: the current EngineScope's server
     for `role` (scope.py), holding at least `max_model_len` tokens per sequence (None: the model's
-    own limit), serving adapters up to `lora_rank` (train.lora)."""
+    own limit), serving adapters up to `lora_rank` (train.lora); hf: the same limit, at most the
+    model's, sizes its K/V slots on a GPU."""
     kind = policy_cfg.kind
     if kind == "hf":
         c = policy_cfg
@@ -34,6 +35,7 @@ def build_engine(
             max_batch_tokens=c.max_batch_tokens,
             decode=c.decode,
             cuda_graphs=c.cuda_graphs,
+            context_limit=max_model_len,  # the agent's context: what the K/V slots' columns need at most
         )
         processes = engine_processes(c)
         if processes:  # the current scope's children for `role` (hf_process.py)
@@ -68,7 +70,7 @@ def engine_processes(c: PolicyConfig) -> int:
         return c.engine_processes
     import torch
 
-    if c.device == "cuda" or (c.device == "auto" and torch.cuda.is_available()):
+    if c.device.startswith("cuda") or (c.device == "auto" and torch.cuda.is_available()):
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return min(cores, 4) if cores > 1 else 0

@@ -8,7 +8,7 @@ cells meanwhile):
 - continuous batching: before every step, pending requests are admitted (up to max_batch_size
   sequences and max_batch_tokens of prompt + new tokens), prefilled together and merged into the
   running batch; a node that comes back from its cell joins the next step, not the next batch;
-- K/V in fixed slots (hf_batch.KVSlots): a row per running sequence, position p at column p, so a
+- K/V in fixed slots (kv_slots.KVSlots): a row per running sequence, position p at column p, so a
   decode step writes one column per row and nothing is copied when rows join or leave; decode
   attention runs per K/V head, in runs of rows of similar length;
 - K/V reuse: a node's next prompt is its last prompt + reply + observation, so a finished row's
@@ -47,16 +47,17 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rao_core.engines.hf_batch import (
+from rao_core.engines import kv_budget
+from rao_core.engines.hf_batch import Batch, Prefixes, StopCheck
+from rao_core.engines.hf_static import StaticDecode, request_key, sample_rows
+from rao_core.engines.kv_slots import (
     ATTENTION,
-    Batch,
     KVSlots,
-    Prefixes,
-    StopCheck,
+    KVSpec,
     check_full_attention,
+    fixed_shape,
     forward_in_slots,
 )
-from rao_core.engines.hf_static import StaticDecode, request_key, sample_rows
 from rao_core.models.tiny import load_checkpoint, resolve_model
 from rao_core.policy import Generation, GenerationRequest, Policy
 
@@ -71,9 +72,14 @@ class EngineStats:
     prefill_tokens: int = 0  # of those, the ones computed (the rest came from reused K/V)
     prefix_hits: int = 0
     prefill_seconds: float = 0.0  # time in prefill forward passes (worker thread)
-    decode_seconds: float = 0.0  # time in decode forward passes
+    decode_seconds: float = 0.0  # time in decode steps (the static path: staging, forward, sampling)
+    forward_seconds: float = 0.0  # of decode and prefill, time in the model's forwards (and the
+    # static step's sampling, which its graph replays); on CUDA the launches only: kernels run on
     sorts: int = 0  # decode steps that first sorted the rows by length (docs/engines.md)
     host_reads: int = 0  # device -> host reads of sampled tokens (the static path: one per step)
+    graph_captures: int = 0  # CUDA graphs captured (the static path: one per (rows, columns) bucket)
+    graph_fallbacks: int = 0  # captures that failed and turned graphs off (eager steps from then on)
+    wakes: int = 0  # round trips between the event loop and the worker thread (steps: batches)
 
 
 @dataclass
@@ -97,13 +103,15 @@ class _Seq:
 class _LoopState:
     """Per event loop: the queue, the running batch, and the task that drives it."""
 
+    batch: Batch
     pending: deque[_Seq] = field(default_factory=deque)
-    batch: Batch = field(default_factory=Batch)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task | None = None
 
 
 class HFEngine(Policy):
+    STEPS_PER_WAKE = 16
+
     def __init__(
         self,
         model: PreTrainedModel,
@@ -111,26 +119,32 @@ class HFEngine(Policy):
         max_batch_size: int = 64,
         max_batch_tokens: int = 65536,
         context_limit: int | None = None,
-        prefix_cache_tokens: int = 65536,
+        prefix_cache_tokens: int = kv_budget.PREFIX_TOKENS,
         seed: int = 0,
         version: int = 0,
         cpu_threads: int | None = 1,
         decode: str = "auto",
         cuda_graphs: bool = True,
+        slot_memory: int | None = None,
     ) -> None:
-        """`prefix_cache_tokens`: tokens of finished conversations whose K/V are kept (0: none).
+        """`context_limit`: tokens per sequence, at most the model's `max_position_embeddings`
+        (None: that). `prefix_cache_tokens`: tokens of finished conversations whose K/V are kept (0: none).
         `cpu_threads`: intra-op threads of the engine's worker thread on CPU (None: torch's default).
         One is the robust choice: when cores are oversubscribed (sandboxes, other jobs), OpenMP's
         spin-waiting made 2-thread decoding 18-25x slower on a 2-core machine. The setting is per
         thread: the rest of the process (training) keeps its own. The model's attention becomes
         the engine's slot attention (a plain forward of it is still stock SDPA). `decode`: runs,
-        static or auto (module docstring); `cuda_graphs`: replay the static step from CUDA graphs."""
+        static or auto (module docstring); `cuda_graphs`: replay the static step from CUDA graphs.
+        `slot_memory`: bytes from which the K/V slots are sized once, max_batch_size rows of fixed
+        columns (kv_budget.py; a row reaching them ends with "context"); None: on CUDA with the
+        static path, the memory free on the device now, else slots that grow as rows need."""
         self.model, self.tokenizer = model.eval(), tokenizer
         self.device = next(model.parameters()).device
         check_full_attention(model.config)
         model.set_attn_implementation(ATTENTION)  # K/V in the engine's slots (plain forwards: SDPA)
         self.max_batch_size, self.max_batch_tokens = max_batch_size, max_batch_tokens
-        self.context_limit = context_limit or model.config.max_position_embeddings
+        limit = model.config.max_position_embeddings
+        self.context_limit = min(context_limit or limit, limit)
         self.prefixes = Prefixes(prefix_cache_tokens)
         self.version = version
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
@@ -138,12 +152,19 @@ class HFEngine(Policy):
         if decode not in ("auto", "runs", "static"):
             raise ValueError(f"decode: {decode!r} is not one of auto, runs, static")
         static = decode == "static" or (decode == "auto" and self.device.type == "cuda")
-        self.static = StaticDecode(model, max_batch_size, cuda_graphs) if static else None
+        self.stats = EngineStats()
+        self.static = StaticDecode(model, max_batch_size, cuda_graphs, self.stats) if static else None
+        self.kv_spec, self.slot_shape, self._slots = KVSpec.of(model), None, None
+        if slot_memory is not None or (static and self.device.type == "cuda"):  # fixed (rows, columns)
+            free = torch.cuda.mem_get_info(self.device)[0] if slot_memory is None else slot_memory
+            self.slot_shape = fixed_shape(
+                self.kv_spec, max_batch_size, self.context_limit, prefix_cache_tokens, free
+            )
+            self.context_limit = min(self.context_limit, self.slot_shape[1])
         self.stops = StopCheck(self._decode)
         eos = model.generation_config.eos_token_id
         eos = eos if isinstance(eos, list) else [eos]
         self.eos_ids = {i for i in [*eos, tokenizer.eos_token_id] if i is not None}
-        self.stats = EngineStats()
         self._lock = threading.Lock()  # one forward at a time; weights never change mid-step
         threads = cpu_threads if self.device.type == "cpu" else None
         self._executor = ThreadPoolExecutor(
@@ -159,6 +180,19 @@ class HFEngine(Policy):
     def from_pretrained(cls, path: str | Path, tokenizer=None, device="auto", dtype="auto", **kw) -> HFEngine:
         model, tok = load_checkpoint(resolve_model(str(path)), device, dtype)
         return cls(model, tokenizer or tok, **kw)
+
+    def new_batch(self) -> Batch:
+        """An empty running batch: over growing slots of its own, or over the engine's one fixed
+        store (allocated once, at the first batch; emptied, not freed, for the next), which one
+        event loop at a time may use."""
+        if self.slot_shape is None:
+            return Batch(KVSlots(self.device, self.kv_spec))
+        if self._slots is None:
+            self._slots = KVSlots(self.device, self.kv_spec, *self.slot_shape, fixed=True)
+        if any(st.batch is not None and st.batch.slots is self._slots for st in self._states.values()):
+            raise RuntimeError("HFEngine: its fixed K/V slots serve one event loop at a time")
+        self._slots.lens, self._slots.filled = self._slots.lens[:0], self._slots.filled[:0]
+        return Batch(self._slots)
 
     # ---- the asyncio side -------------------------------------------------------------------
 
@@ -190,7 +224,9 @@ class HFEngine(Policy):
             del self._states[other]
         st = self._states.get(loop)
         if st is None or st.task is None or st.task.done():
-            st = self._states[loop] = _LoopState(batch=Batch(self.device))
+            if st is not None:
+                st.batch = None  # its slots are free for the new batch
+            st = self._states[loop] = _LoopState(self.new_batch())
             st.task = loop.create_task(self._run(st), name="hf-engine")
         return st
 
@@ -206,12 +242,13 @@ class HFEngine(Policy):
                     s.finish = "cancelled"
             new = self._admit(st)
             try:
-                done = await loop.run_in_executor(self._executor, self._step, st.batch, new)
+                done = await loop.run_in_executor(self._executor, self._steps, st, new)
             except Exception as e:  # fail every request in the batch; the engine lives on
                 for s in st.batch.seqs + new:
                     if not s.future.done():
                         s.future.set_exception(e)
-                st.batch = Batch(self.device)
+                st.batch = None  # its slots are free for the new batch
+                st.batch = self.new_batch()
                 continue
             for s in done:
                 if not s.future.done():
@@ -244,8 +281,25 @@ class HFEngine(Policy):
                 loop.call_soon_threadsafe(st.task.cancel)
         self._states.clear()
         self._executor.shutdown(wait=False)
+        self._slots = None  # the fixed slots, the graphs and their memory pool go back to the device
+        if self.static is not None:
+            self.static.graphs = {}
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
 
     # ---- the worker-thread side -------------------------------------------------------------
+
+    def _steps(self, st: _LoopState, new: list[_Seq]) -> list[_Seq]:
+        """Steps in one wake of the worker: on while no row finishes and no request waits for a
+        free row, so a step does not pay a round trip through the event loop (at most
+        STEPS_PER_WAKE, so that a cancelled node's row stops soon)."""
+        self.stats.wakes += 1
+        done = self._step(st.batch, new)
+        for _ in range(self.STEPS_PER_WAKE - 1):
+            if done or not st.batch.seqs or (st.pending and len(st.batch.seqs) < self.max_batch_size):
+                break
+            done = self._step(st.batch, [])
+        return done
 
     @torch.inference_mode()
     def _step(self, batch: Batch, new: list[_Seq]) -> list[_Seq]:
@@ -320,7 +374,7 @@ class HFEngine(Policy):
         ids, cols, pos = ids.to(self.device), cols.to(self.device), pos.to(self.device)
         slots.plan(first, cols, pos, length=length)
         logits = self._forward(ids, pos, slots)
-        temps = torch.tensor([s.request.temperature for s in seqs], device=self.device)
+        temps = torch.tensor([s.request.temperature for s in seqs], dtype=torch.float64, device=self.device)
         keys = torch.tensor([s.key for s in seqs], device=self.device)
         counts = torch.zeros(len(seqs), dtype=torch.long, device=self.device)
         if self.static is not None:
@@ -332,9 +386,9 @@ class HFEngine(Policy):
         self.stats.prompt_tokens += sum(map(len, prompts))
         self.stats.prefill_tokens += sum(map(len, todo))
 
-    def _kv_of(self, ids: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def _kv_of(self, ids: list[int]) -> torch.Tensor:
         """K/V of one token sequence, computed in one pass."""
-        slots = KVSlots(self.device)
+        slots = KVSlots(self.device, self.kv_spec)
         pos = torch.arange(len(ids), device=self.device)[None]
         slots.plan(0, pos, pos, length=len(ids))
         self._forward(torch.tensor([ids], device=self.device), pos, slots)
@@ -344,7 +398,10 @@ class HFEngine(Policy):
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, slots: KVSlots) -> torch.Tensor:
         self._count_forward(ids.shape[0])
-        return forward_in_slots(self.model, ids, pos, slots)
+        start = time.perf_counter()
+        logits = forward_in_slots(self.model, ids, pos, slots)
+        self.stats.forward_seconds += time.perf_counter() - start
+        return logits
 
     def _count_forward(self, rows: int) -> None:
         self.stats.batches += 1

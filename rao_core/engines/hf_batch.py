@@ -1,27 +1,17 @@
-"""The batching engine's data structures: K/V of the running rows in fixed slots, the K/V of
+"""The batching engine's data structures: the running rows over their K/V slots, the K/V of
 finished conversations kept for their next turn, and stop-string checks (docs/engines.md, HFEngine).
 
-Only public transformers APIs: the engine's attention is a function registered with
-`AttentionInterface` (as transformers' docs show for custom attention), and it reaches the engine's
-slots through a keyword argument of the model call, which models pass through to attention. The
-engine gives a ready 4D mask, which models take as is. tests/engines/test_hf_engine.py compares
-every path with model.generate and a full forward.
+The K/V slots themselves and the attention over them are kv_slots.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-ATTENTION = "rao_slots"
+from rao_core.engines.kv_slots import KVSlots
 
 
 def completes_stop(ids: Sequence[int], decode: Callable[[list[int]], str], stops: Sequence[str]) -> bool:
@@ -67,179 +57,6 @@ def stop_index(ids: Sequence[int], decode: Callable[[list[int]], str], stops: Se
     return None
 
 
-def slot_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, kv_slots=None, **kw):
-    """Write this forward's K/V into the engine's slots, then attend over the slots' columns.
-    Without `kv_slots` (a plain forward of the engine's model, e.g. a test's) it is stock SDPA."""
-    if kv_slots is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kw)
-    if kw.get("sliding_window"):
-        raise NotImplementedError("HFEngine needs full-attention layers only (this one is sliding-window)")
-    keys, values = kv_slots.write(module.layer_idx, key, value)
-    b, heads, tokens, dim = query.shape
-    if tokens == 1:  # decode: a K/V head's query heads share keys and mask, so they are its query rows
-        grouped = query.view(b, keys.shape[1], heads // keys.shape[1], dim)
-        outs = [  # each run of rows over its own columns
-            F.scaled_dot_product_attention(
-                grouped[i:j],
-                keys[i:j, :, :n],
-                values[i:j, :, :n],
-                attn_mask=attention_mask[i:j, ..., :n],
-                scale=scaling,
-            )
-            for i, j, n in kv_slots.runs
-        ]
-        return (torch.cat(outs) if len(outs) > 1 else outs[0]).view(b, 1, heads, dim), None
-    out = F.scaled_dot_product_attention(
-        query,
-        keys,
-        values,
-        attn_mask=attention_mask,
-        scale=scaling,
-        enable_gqa=query.shape[1] != keys.shape[1],
-    )
-    return out.transpose(1, 2).contiguous(), None
-
-
-AttentionInterface.register(ATTENTION, slot_attention)
-AttentionMaskInterface.register(ATTENTION, sdpa_mask)  # the causal mask of a plain forward
-
-
-def check_full_attention(config) -> None:
-    """The slots hold every position of every layer: sliding-window and linear-attention layers
-    (Gemma 2/3, Qwen3-Next, ...) are refused up front."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    kinds = set(getattr(text, "layer_types", None) or ["full_attention"])
-    if kinds != {"full_attention"} or getattr(text, "use_sliding_window", False):
-        raise NotImplementedError(
-            f"HFEngine needs full-attention layers only; this model has {sorted(kinds)}"
-        )
-
-
-class KVSlots:
-    """K/V of the running rows, one slot (a row of a preallocated tensor per layer) per row: the
-    token at position p of row r sits at column p of slot r. A decode step writes one column per
-    row and attends to a view of the first `n` slots, so nothing is copied when a row joins, grows
-    or leaves (a leaving row's slot takes the last row: one row's copy). Capacity grows
-    geometrically; the last column is scratch, where padding tokens of a prefill write.
-
-    Each row's filled columns are kept twice: `lens` on the device (what attention masks with) and
-    `filled` on the host (what shapes and copies are sized with), so no size is ever read back
-    from the device. `version` counts reallocations (captured CUDA graphs hold the old tensors)."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.keys: dict[int, torch.Tensor] = {}  # layer -> (rows, kv_heads, cols + 1, head_dim)
-        self.values: dict[int, torch.Tensor] = {}
-        self.rows = self.cols = 0  # capacity
-        self.version = 0
-        self.lens = torch.zeros(0, dtype=torch.long, device=device)  # filled columns per live row
-        self.filled = np.zeros(0, dtype=np.int64)  # the same, on the host
-        self._write_rows = self._write_cols = torch.empty(0)
-        self._first, self._length = 0, 0
-        self.mask = torch.empty(0, dtype=torch.bool)
-        self.runs: list[tuple[int, int, int]] = []  # decode: (first row, end row, columns) per run
-
-    def reserve(self, rows: int, cols: int) -> None:
-        if rows <= self.rows and cols <= self.cols:
-            return
-        rows, cols = max(rows, self.rows), max(cols, self.cols)
-        if self.keys:  # grow by half again, so growth is rare
-            rows = max(rows, self.rows + self.rows // 2) if rows > self.rows else rows
-            cols = max(cols, self.cols + self.cols // 2) if cols > self.cols else cols
-        for store in (self.keys, self.values):
-            for layer, old in store.items():
-                new = old.new_zeros((rows, old.shape[1], cols + 1, old.shape[3]))
-                new[: self.rows, :, : self.cols] = old[:, :, : self.cols]
-                store[layer] = new
-        self.rows, self.cols = rows, cols
-        self.version += 1
-
-    def plan(
-        self, first: int, cols: torch.Tensor, pos: torch.Tensor, runs: list | None = None, length: int = 0
-    ) -> None:
-        """The next forward's rows are slots first..first+len(cols); its token (i, j), at position
-        pos[i, j], is written to column cols[i, j] (self.cols: scratch, for padding) and attends to
-        columns [0, pos[i, j]] (padding, at position 0: column 0 only), of the first `length`
-        (default: the largest position + 1, read from the device). A decode step attends in
-        `runs`: rows i..j over columns [0, n) for each (i, j, n); default: one run over all rows."""
-        self._length = length or int(pos.max()) + 1
-        self.reserve(first + cols.shape[0], self._length)
-        self._first, self._write_cols = first, cols
-        self.runs = runs or [(0, cols.shape[0], self._length)]
-        columns = torch.arange(self._length, device=self.device)
-        self.mask = (columns <= pos[:, :, None])[:, None]  # (rows, 1, tokens, columns), True = attend
-        rows = torch.arange(first, first + cols.shape[0], device=self.device)
-        self._write_rows = rows[:, None].expand_as(cols)
-
-    def _allocate(self, layer: int, kv_heads: int, dim: int, like: torch.Tensor) -> None:
-        if layer not in self.keys:  # zeros: masked columns must hold no NaN
-            self.keys[layer] = like.new_zeros((self.rows, kv_heads, self.cols + 1, dim))
-            self.values[layer] = torch.zeros_like(self.keys[layer])
-
-    def write(self, layer: int, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store a forward's (batch, kv_heads, tokens, dim) K/V; return the columns to attend to."""
-        self._allocate(layer, key.shape[1], key.shape[3], key)
-        k, v = self.keys[layer], self.values[layer]
-        k[self._write_rows, :, self._write_cols] = key.transpose(1, 2)
-        v[self._write_rows, :, self._write_cols] = value.transpose(1, 2)
-        rows = (0, self._first, key.shape[0])  # narrow, not [a:b]: the same ops whatever the capacity
-        return k.narrow(*rows).narrow(2, 0, self._length), v.narrow(*rows).narrow(2, 0, self._length)
-
-    def load(self, row: int, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Put stored (kv_heads, n, dim) K/V per layer at the start of slot `row`."""
-        for layer, (k, v) in enumerate(kv):
-            self._allocate(layer, k.shape[0], k.shape[2], k)
-            self.keys[layer][row, :, : k.shape[1]] = k
-            self.values[layer][row, :, : v.shape[1]] = v
-
-    def row_kv(self, row: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """A copy of slot `row`'s filled columns per layer, as (kv_heads, n, dim)."""
-        n = int(self.filled[row])
-        return [
-            (self.keys[j][row, :, :n].clone(), self.values[j][row, :, :n].clone()) for j in sorted(self.keys)
-        ]
-
-    def permute(self, order: list[int]) -> None:
-        """Row i takes row order[i]'s K/V (a copy of every filled column)."""
-        n, idx = int(self.filled.max()), torch.tensor(order, device=self.device)
-        for store in (self.keys, self.values):
-            for t in store.values():
-                t[: len(order), :, :n] = t[idx, :, :n]
-        self.lens, self.filled = self.lens[idx], self.filled[order]
-
-    def move(self, src: int, dst: int) -> None:
-        n = int(self.filled[src])
-        for store in (self.keys, self.values):
-            for t in store.values():
-                t[dst, :, :n] = t[src, :, :n]
-
-
-# On CUDA the engine's attention leaves out cuDNN's kernels: they build an execution plan for
-# every new shape, and a rollout's prefills and growing decodes bring new shapes all the time
-# (bench/decode_bench.py times both; None: torch's own choice).
-CUDA_ATTENTION: list[SDPBackend] | None = [
-    SDPBackend.FLASH_ATTENTION,
-    SDPBackend.EFFICIENT_ATTENTION,
-    SDPBackend.MATH,
-]
-
-
-def forward_in_slots(model, ids: torch.Tensor, pos: torch.Tensor, slots: KVSlots) -> torch.Tensor:
-    """Last-position logits (float32) of `model` on `ids` at positions `pos`, with K/V read from and
-    written to `slots` as `slots.plan` set up; the plan's 4D mask goes to attention as is."""
-    backends = CUDA_ATTENTION if ids.is_cuda and CUDA_ATTENTION else None
-    with sdpa_kernel(backends) if backends else contextlib.nullcontext():
-        out = model(
-            input_ids=ids,
-            attention_mask=slots.mask,
-            position_ids=pos,
-            use_cache=False,
-            logits_to_keep=1,
-            kv_slots=slots,
-        )
-    return out.logits[:, -1].float()
-
-
 def row_runs(lens: list[int], run_cost: int = 512) -> tuple[list[tuple[int, int, int]], int]:
     """Rows in slot order cut into contiguous runs, each attending over its longest row's columns:
     a new run starts where padding the current one to the next row (or that row to it) would read
@@ -262,11 +79,12 @@ class Batch:
     """The running rows: their requests, K/V slots (row i = slot i), and per row on the device the
     last sampled token and what the fixed-shape decode samples with (hf_static.sample_rows)."""
 
-    def __init__(self, device: torch.device | str = "cpu") -> None:
+    def __init__(self, slots: KVSlots) -> None:
         self.seqs: list = []  # the engine's requests, one per row
-        self.slots = KVSlots(torch.device(device))
+        self.slots = slots
+        device = slots.device
         self.last = torch.zeros(0, dtype=torch.long, device=device)
-        self.temps = torch.zeros(0, dtype=torch.float32, device=device)  # sampling temperature
+        self.temps = torch.zeros(0, dtype=torch.float64, device=device)  # sampling temperature
         self.keys = torch.zeros(0, dtype=torch.long, device=device)  # the request's random stream
         self.counts = torch.zeros(0, dtype=torch.long, device=device)  # tokens sampled so far
 
@@ -307,20 +125,24 @@ class Batch:
         return row_runs([lens[i] for i in order])[0], True
 
     def drop(self, gone: list[int]) -> None:
-        """Remove rows `gone`: each hole takes the current last row (one row's K/V copied)."""
-        slots = self.slots
-        rows = [slots.lens, self.last, self.temps, self.keys, self.counts]
+        """Remove rows `gone`: each hole takes the current last row, as if one at a time from the
+        highest hole down, all moved at once (one gather per tensor, one K/V copy for all rows)."""
+        if not gone:
+            return
+        order = list(range(len(self.seqs)))
         for i in sorted(gone, reverse=True):
-            j = len(self.seqs) - 1
-            if i != j:
-                slots.move(j, i)
-                self.seqs[i], slots.filled[i] = self.seqs[j], slots.filled[j]
-                for t in rows:
-                    t[i] = t[j]
-            self.seqs.pop()
-            rows = [t[:j] for t in rows]
-            slots.filled = slots.filled[:j]
-        slots.lens, self.last, self.temps, self.keys, self.counts = rows
+            last = order.pop()
+            if i < len(order):
+                order[i] = last
+        slots, idx = self.slots, torch.tensor(order, dtype=torch.long, device=self.last.device)
+        moved = [(src, dst) for dst, src in enumerate(order) if src != dst]
+        if moved:
+            slots.move([src for src, _ in moved], [dst for _, dst in moved])
+        self.seqs = [self.seqs[i] for i in order]
+        slots.filled = slots.filled[order]
+        slots.lens, self.last, self.temps, self.keys, self.counts = (
+            t[idx] for t in (slots.lens, self.last, self.temps, self.keys, self.counts)
+        )
 
 
 class Prefixes:
@@ -333,9 +155,10 @@ class Prefixes:
 
     def __init__(self, max_tokens: int, min_shared: int = 32) -> None:
         self.max_tokens, self.min_shared, self.tokens, self.count = max_tokens, min_shared, 0, 0
-        self.entries: dict[int, tuple[np.ndarray, bytes, list]] = {}  # insertion-ordered: oldest first
+        self.entries: dict[int, tuple[np.ndarray, bytes, torch.Tensor]] = {}  # oldest first
 
-    def put(self, ids: list[int], kv: list) -> None:
+    def put(self, ids: list[int], kv: torch.Tensor) -> None:
+        """Keep `kv`, (layers, 2, kv_heads, len(ids), dim), the K/V of `ids`."""
         if not ids or len(ids) > self.max_tokens:
             return
         arr = np.asarray(ids, dtype=np.int32)
@@ -344,7 +167,7 @@ class Prefixes:
         while self.tokens > self.max_tokens:
             self.tokens -= len(self.entries.pop(next(iter(self.entries)))[0])
 
-    def take(self, prompt: list[int]) -> tuple[int, list] | None:
+    def take(self, prompt: list[int]) -> tuple[int, torch.Tensor] | None:
         """(n, K/V of prompt[:n]) with n < len(prompt), or None."""
         p = np.asarray(prompt, dtype=np.int32)
         raw = p.tobytes()
@@ -354,10 +177,10 @@ class Prefixes:
             ids, _, kv = self.entries.pop(key)
             self.tokens -= len(ids)
             return len(ids), kv
-        best, best_n = None, 0
-        for key, (ids, _, _) in self.entries.items():
+        best, best_n, head = None, 0, raw[: 4 * self.min_shared]  # 4 bytes a token
+        for key, (ids, b, _) in self.entries.items():
             m = min(len(ids), len(p) - 1)
-            if m <= best_n:
+            if m <= best_n or m < self.min_shared or b[: len(head)] != head:  # cannot share enough
                 continue
             differ = np.flatnonzero(ids[:m] != p[:m])
             n = int(differ[0]) if len(differ) else m
@@ -365,7 +188,7 @@ class Prefixes:
                 best, best_n = key, n
         if best is None or best_n < self.min_shared:
             return None
-        return best_n, [(k[:, :best_n], v[:, :best_n]) for k, v in self.entries[best][2]]
+        return best_n, self.entries[best][2][:, :, :, :best_n]
 
     def clear(self) -> None:
         self.entries.clear()

@@ -49,6 +49,7 @@ class EngineSpec:
     max_batch_tokens: int = 65536
     decode: str = "auto"
     cuda_graphs: bool = True
+    context_limit: int | None = None
 
 
 class EngineProcess:
@@ -110,13 +111,21 @@ class EngineProcess:
         return self.call("stats").result()
 
     def stop(self) -> None:
+        self.ask_to_stop()
+        self.wait_stopped()
+
+    def ask_to_stop(self) -> None:
+        """Tell the child to stop (it cancels its requests and exits); `wait_stopped` waits for it.
+        Apart, so that a scope stops all its children at once."""
         if self.alive():
             self.call("stop")
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+
+    def wait_stopped(self, timeout: float = 10.0) -> None:
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
         self._to_child.close()
 
     def _route(self) -> None:
@@ -302,7 +311,7 @@ async def _serve(inbox_conn: Connection, conn: Connection) -> None:
                 engine = HFEngine.from_pretrained(
                     Path(spec.model), spec.tokenizer, device=spec.device, dtype=spec.dtype,
                     max_batch_size=spec.max_batch_size, max_batch_tokens=spec.max_batch_tokens,
-                    decode=spec.decode, cuda_graphs=spec.cuda_graphs,
+                    decode=spec.decode, cuda_graphs=spec.cuda_graphs, context_limit=spec.context_limit,
                 )  # fmt: skip
                 conn.send((i, True, engine.device.type))
             except Exception as e:

@@ -6,14 +6,16 @@ So this path, unlike the CPU's runs of rows of similar length (hf_batch.row_runs
 
 - pads the rows and the columns to buckets (`row_bucket`, `column_bucket`): shapes repeat, and
   one attention call covers every row, each masked to its own length;
-- samples on the device (`sample_rows`): a greedy row takes the argmax; a sampled row inverts its
-  CDF at a uniform drawn from a counter-based hash of (the request's key, its token index), so a
-  seeded request samples the same tokens whatever else is in the batch, with no generator per row;
+- samples on the device (`sample_rows`), in float64: a greedy row takes the argmax; a sampled row
+  inverts its CDF at a 53-bit uniform drawn from a counter-based hash of (the request's key, its
+  token index), so a seeded request samples the same tokens whatever else is in the batch, with no
+  generator per row, and a rare token is drawn with the probability its stored log-prob says;
 - keeps each row's length, last token, temperature, key and count on the device (hf_batch.Batch),
   so nothing goes to the device per step, and the host reads the sampled tokens and their
   log-probs once;
-- on CUDA, captures each (rows, columns) bucket's step as a CUDA graph and replays it: one launch
-  instead of hundreds of kernels. A capture that fails falls back to eager steps, with a warning.
+- on CUDA, captures each (rows, columns) bucket's step as a CUDA graph, once (the K/V slots are
+  fixed there: kv_budget.py), and replays it: one launch instead of hundreds of kernels. A capture
+  that fails falls back to eager steps, with a warning; every other error reaches the caller.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
+import time
+from collections.abc import Callable
 
 import torch
 
-from rao_core.engines.hf_batch import KVSlots, forward_in_slots
+from rao_core.engines.kv_slots import KVSlots, forward_in_slots
 
 log = logging.getLogger(__name__)
 
@@ -66,55 +70,105 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
 
 
 def uniform(keys: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-    """One float32 in (0, 1) per row, a function of (key, count) only: 24 random bits."""
-    bits = _mix(keys ^ _mix((counts * 0x9E3779B9 + 0x7F4A7C15) & MASK32))
-    return ((bits >> 8).float() + 0.5) * 2.0**-24
+    """One float64 in (0, 1) per row, a function of (key, count) only: 53 random bits (27 and 26
+    from two hashes), so no interval of the CDF narrower than a float32 step is out of reach."""
+    c = counts * 0x9E3779B9
+    hi = _mix(keys ^ _mix((c + 0x7F4A7C15) & MASK32)) >> 5
+    lo = _mix(keys ^ _mix((c + 0x2545F491) & MASK32)) >> 6
+    return (((hi << 26) | lo).double() + 0.5) * 2.0**-53
+
+
+def log_probs(logits: torch.Tensor, temps: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits / T) per row in float64 (T = 0 rows at T = 1): what is sampled from and
+    stored, to float64's precision."""
+    greedy = temps <= 0
+    return torch.log_softmax(logits.double() / torch.where(greedy, 1.0, temps).double()[:, None], dim=-1)
+
+
+def invert_cdf(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Per row, the first token whose cumulative probability (float64) exceeds u x the total: token
+    k is drawn for u in an interval as wide as its probability, up to float64 rounding, however
+    small (a float32 sum over 150k tokens would round every interval to multiples of ~6e-8). A
+    token of probability 0 has an empty interval: never drawn."""
+    cdf = logp.exp().cumsum(dim=-1)
+    drawn = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0]
+    return drawn.clamp_(max=logp.shape[1] - 1)
 
 
 def sample_rows(
     logits: torch.Tensor, temps: torch.Tensor, keys: torch.Tensor, counts: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tokens and their log-probs under softmax(logits / T), every row at once: T = 0 rows take
-    the argmax (log-prob at T = 1, the engine's convention), the others invert their CDF at
-    `uniform(keys, counts)`. The first token whose cumulative probability exceeds the uniform has
-    probability above 0, so a token the model rules out is never drawn."""
-    greedy = temps <= 0
-    logp = torch.log_softmax(logits / torch.where(greedy, 1.0, temps)[:, None], dim=-1)
-    cdf = logp.exp().cumsum(dim=-1)
-    target = (uniform(keys, counts) * cdf[:, -1])[:, None]
-    drawn = torch.searchsorted(cdf, target, right=True)[:, 0].clamp_(max=logits.shape[1] - 1)
-    tokens = torch.where(greedy, logp.argmax(dim=-1), drawn)
+    """Tokens and their float64 log-probs under softmax(logits / T), every row at once: T = 0 rows
+    take the argmax (log-prob at T = 1, the engine's convention), the others invert their CDF at
+    `uniform(keys, counts)`."""
+    logp = log_probs(logits, temps)
+    tokens = torch.where(temps <= 0, logp.argmax(dim=-1), invert_cdf(logp, uniform(keys, counts)))
     return tokens, logp.gather(1, tokens[:, None])[:, 0]
 
 
+class CUDAGraphs:
+    """How the static step is captured on CUDA: a warm-up on a side stream (as torch's docs ask),
+    then a graph recorded into one memory pool shared by every bucket's graph."""
+
+    def __init__(self) -> None:
+        self.pool = None
+
+    def warm_up(self, fn: Callable[[], tuple]) -> None:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+
+    def record(self, fn: Callable[[], tuple]) -> tuple[Callable[[], None], tuple]:
+        """(replay, the outputs each replay overwrites)."""
+        self.pool = self.pool or torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+            out = fn()
+        return graph.replay, out
+
+
 class StaticDecode:
-    """One decode step of `rows` live rows at bucketed shapes, eager or replayed from a CUDA graph."""
+    """One decode step of `rows` live rows at bucketed shapes, eager or replayed from a graph.
+
+    Rows are padded to `row_bucket(rows)`, at most `max_rows` (no spare bucket: the engine's slots
+    hold exactly max_rows rows); columns to `column_bucket`, at most the slots' fixed columns.
+    With fixed slots (CUDA) each (rows, columns) bucket is captured once for the engine's life.
+
+    Errors: a capture that fails (a model or kernel that cannot be captured) turns graphs off, with
+    one warning, and the step runs eagerly; the warm-up before it is an eager step, so its errors
+    are the eager path's and reach the caller, as does any error of a replay, an out-of-memory
+    error included: a fault is never taken for "cannot be captured"."""
 
     NAMES = ("last", "lens", "temps", "keys", "counts")
 
-    def __init__(self, model, max_rows: int, graphs: bool) -> None:
+    def __init__(self, model, max_rows: int, graphs: bool, stats=None, recorder=None) -> None:
         self.model = model
         self.device = next(model.parameters()).device
-        self.graphs_on = graphs and self.device.type == "cuda"
-        self.capacity = row_bucket(max_rows + 1)  # a spare row: padding never fills the buffers
-        self.graphs: dict[tuple[int, int], tuple] = {}  # (rows, columns) -> (graph, tokens, logps)
-        self.version = -1  # the slots' version the graphs were captured against
+        self.recorder = recorder or (CUDAGraphs() if self.device.type == "cuda" else None)
+        self.graphs_on = graphs and self.recorder is not None
+        self.capacity = max_rows
+        self.graphs: dict[tuple[int, int], tuple] = {}  # (rows, columns) -> (replay, (tokens, logps))
+        self.version = -1  # the slots' allocation the graphs were captured against
         self.inputs: dict[str, torch.Tensor] = {}
-        self.pool = None
+        self.stats = stats  # the engine's EngineStats: graph_captures, graph_fallbacks, forward_seconds
 
     def step(self, batch, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Tokens and log-probs of rows [0, bucket) (the first `rows` are live); K/V written."""
         slots: KVSlots = batch.slots
-        padded, columns = row_bucket(rows), column_bucket(int(slots.filled.max()) + 1)
-        slots.reserve(max(padded, self.capacity if self.graphs_on else 0), columns)
+        padded = min(row_bucket(rows), self.capacity)
+        columns = column_bucket(int(slots.filled.max()) + 1)
+        columns = min(columns, slots.cols) if slots.fixed else columns
+        slots.reserve(padded, columns)
         inputs = self._stage([batch.last, slots.lens, batch.temps, batch.keys, batch.counts], rows, padded)
-        if self.graphs_on:
-            try:
-                return self._replay(slots, inputs, padded, columns)
-            except RuntimeError as e:  # a model or kernel that cannot be captured: eager from now on
-                log.warning("HFEngine: CUDA graph capture failed (%s); decoding eagerly", e)
-                self.graphs_on, self.graphs = False, {}
-        return self._compute(slots, *inputs, columns)
+        start = time.perf_counter()
+        out = self._replay(slots, inputs, padded, columns) if self.graphs_on else None
+        if out is None:
+            out = self._compute(slots, *inputs, columns)
+        if self.stats is not None:
+            self.stats.forward_seconds += time.perf_counter() - start
+        return out
 
     def _stage(self, values: list[torch.Tensor], rows: int, padded: int) -> list[torch.Tensor]:
         """The rows' values copied into fixed input buffers, padding rows zeroed (length 0, greedy):
@@ -135,25 +189,34 @@ class StaticDecode:
         return sample_rows(logits, temps, keys, counts)
 
     def _replay(self, slots, inputs: list[torch.Tensor], padded: int, columns: int):
-        if slots.version != self.version:  # new K/V tensors: every graph read the old ones
+        """The bucket's graph replayed (captured first if new); None once graphs are off."""
+        if slots.version != self.version:  # another allocation: every graph read the old one
             self.graphs, self.version = {}, slots.version
         key = (padded, columns)
         if key not in self.graphs:
-            self.graphs[key] = self._capture(slots, inputs, columns)
-        graph, tokens, logps = self.graphs[key]
-        graph.replay()
-        return tokens, logps
+            captured = self._capture(slots, inputs, columns)
+            if captured is None:
+                return None
+            self.graphs[key] = captured
+        replay, out = self.graphs[key]
+        replay()
+        return out
 
     def _capture(self, slots, views: list[torch.Tensor], columns: int):
-        """Warm up on a side stream (as torch's docs ask), then record the step into a graph that
-        shares one memory pool with the others."""
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            self._compute(slots, *views, columns)
-        torch.cuda.current_stream().wait_stream(side)
-        self.pool = self.pool or torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-            tokens, logps = self._compute(slots, *views, columns)
-        return graph, tokens, logps
+        def compute():
+            return self._compute(slots, *views, columns)
+
+        self.recorder.warm_up(compute)  # an eager step: its errors are the eager path's, raised
+        try:
+            captured = self.recorder.record(compute)
+        except torch.OutOfMemoryError:
+            raise
+        except RuntimeError as e:  # a model or kernel that cannot be captured: eager from now on
+            log.warning("HFEngine: CUDA graph capture failed (%s); decoding eagerly", e)
+            self.graphs_on, self.graphs = False, {}
+            if self.stats is not None:
+                self.stats.graph_fallbacks += 1
+            return None
+        if self.stats is not None:
+            self.stats.graph_captures += 1
+        return captured

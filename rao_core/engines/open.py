@@ -17,35 +17,55 @@ from rao_core.config import ConfigError, HFPolicy, JudgeConfig, PolicyConfig, VL
 from rao_core.policy import Policy
 
 
-def placed(policy: PolicyConfig, on_ray: bool) -> PolicyConfig:
+def placed(policy: PolicyConfig, on_ray: bool, overlap: bool = False) -> PolicyConfig:
     """policy.* as the engines see it: under rollout.runner=ray, `engine_processes: auto` is 0
-    (each Ray task is already an engine replica; docs/engines.md)."""
-    if on_ray and getattr(policy, "engine_processes", None) == "auto":
+    (each Ray task is already an engine replica; docs/engines.md); when rounds overlap on the CPU
+    (campaign.max_staleness >= 1), at most the engines' share of the cores (`overlap_share`)."""
+    if getattr(policy, "engine_processes", None) != "auto":
+        return policy
+    if on_ray:
         return dataclasses.replace(policy, engine_processes=0)
+    if overlap:
+        from rao_core.engines import engine_processes
+
+        n = engine_processes(policy)  # 0 on a GPU: the engine there is in this process
+        return dataclasses.replace(policy, engine_processes=min(n, overlap_share()[0]))
     return policy
 
 
+def overlap_share() -> tuple[int, int]:
+    """When rounds overlap on the CPU: (engine processes, trainer threads). The engine lane and the
+    trainer run at once, so each gets part of the cores instead of all of them (which would run
+    twice as many threads as cores): the trainer half (at least one), the engines the rest, one
+    core each. 2 cores: one engine process and one trainer thread (docs/overlap.md)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    trainer = max(1, cores // 2)
+    return max(1, cores - trainer), trainer
+
+
 def open_policy_engine(
-    policy: PolicyConfig, model: Path, context: int | None = None, lora_rank: int = 0, on_ray: bool = False
-) -> tuple[Policy, Any]:
+    policy: PolicyConfig, model: Path, context: int | None = None, lora_rank: int = 0, on_ray: bool = False,
+    role: str = "policy", overlap: bool = False,
+) -> tuple[Policy, Any]:  # fmt: skip
     """An engine serving checkpoint `model` with the settings of `policy` (hf, vllm or openai), with
     the tokenizer that frames the conversation: policy.tokenizer, or with 'auto' the checkpoint's.
-    A vLLM server comes from the current EngineScope (engines/scope.py)."""
+    A vLLM server, and the hf engine's child processes, come from the current EngineScope
+    (engines/scope.py), keyed by `role`."""
     from rao_core.engines import build_engine
     from rao_core.models.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(str(model) if policy.tokenizer == "auto" else policy.tokenizer)
-    cfg = dataclasses.replace(placed(policy, on_ray), model=str(model))
-    return build_engine(cfg, tokenizer, context, lora_rank=lora_rank), tokenizer
+    cfg = dataclasses.replace(placed(policy, on_ray, overlap), model=str(model))
+    return build_engine(cfg, tokenizer, context, lora_rank=lora_rank, role=role), tokenizer
 
 
-def start_policy_processes(policy: PolicyConfig, on_ray: bool = False) -> None:
+def start_policy_processes(policy: PolicyConfig, on_ray: bool = False, overlap: bool = False) -> None:
     """Start the hf engine's child processes now, so that their imports overlap the work before the
     first rollout (a campaign's engine scope, rao_core/campaign.py)."""
     if policy.kind == "hf":
         from rao_core.engines.hf_process import start_processes
 
-        start_processes(placed(policy, on_ray))
+        start_processes(placed(policy, on_ray, overlap))
 
 
 @dataclass(frozen=True)

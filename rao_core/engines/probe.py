@@ -51,8 +51,10 @@ def checkpoint_probe(folder: Path) -> dict:
     found = read_probe(folder)
     if found is not None:
         return found
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True)
+    from rao_core.models.loading import load_causal_lm
+
+    model = load_causal_lm(folder, dtype=torch.float32)
     ids = probe_ids(AutoTokenizer.from_pretrained(folder, local_files_only=True))
     return {"token_ids": ids, "logprobs": probe_logprobs(model.eval(), ids)}

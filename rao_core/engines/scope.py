@@ -62,8 +62,10 @@ class EngineScope:
         for server in self.servers.values():
             server.stop()
         self.servers.clear()
+        for proc in self.hf_processes.values():  # all at once: each takes a moment to exit
+            proc.ask_to_stop()
         for proc in self.hf_processes.values():
-            proc.stop()
+            proc.wait_stopped()
         self.hf_processes.clear()
 
 

@@ -87,4 +87,13 @@ def serving_dtype(cfg: VLLMPolicy) -> str:
 
 def on_gpu(cfg: VLLMPolicy) -> bool:
     """Whether the server runs on a GPU: policy.device cuda, or auto on a machine with nvidia-smi."""
-    return cfg.device == "cuda" or (cfg.device == "auto" and shutil.which("nvidia-smi") is not None)
+    return cfg.device.startswith("cuda") or (cfg.device == "auto" and shutil.which("nvidia-smi") is not None)
+
+
+def gpu_env(device: str, gpus: int = 1) -> dict[str, str]:
+    """policy.device=cuda:N: the server sees GPUs N .. N+gpus-1 only (CUDA_VISIBLE_DEVICES), so that
+    it and the trainer can sit on different GPUs of one machine; nothing for the other devices."""
+    if not device.startswith("cuda:"):
+        return {}
+    first = int(device.split(":")[1])
+    return {"CUDA_VISIBLE_DEVICES": ",".join(str(first + i) for i in range(gpus))}

@@ -45,6 +45,7 @@ from rao_core.engines.vllm_args import (
     cpu_workarounds,
     during_train,
     free_port,
+    gpu_env,
     lora_args,
     on_gpu,
     port_in_use,
@@ -248,6 +249,7 @@ class VLLMServer:
             "VLLM_CPU_KVCACHE_SPACE": str(c.vllm_kv_cache_gib),
             "VLLM_NO_USAGE_STATS": "1",
             "HF_HUB_OFFLINE": "1",
+            **gpu_env(c.device, c.tensor_parallel_size),
         }
         if self.log_path:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import torch
 from transformers import (
-    AutoModelForCausalLM,
     AutoTokenizer,
     PreTrainedModel,
     PreTrainedTokenizerBase,
@@ -26,6 +25,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+from rao_core.models.loading import load_causal_lm
 from rao_core.models.tokenizer import tiny_tokenizer
 
 MODELS_DIR = Path("runs/_models")
@@ -114,9 +114,7 @@ def load_checkpoint(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Model (eval mode, on `device`) and tokenizer from a local folder; never downloads."""
     dev = resolve_device(device)
-    model = AutoModelForCausalLM.from_pretrained(
-        str(path), local_files_only=True, dtype=resolve_dtype(dtype, dev)
-    )
+    model = load_causal_lm(path, dtype=resolve_dtype(dtype, dev))
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     return model.to(dev).eval(), tokenizer
 

@@ -4,6 +4,7 @@ into a partition (the Sampler with the run's policy, chat framing, sandbox and j
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -73,9 +74,10 @@ def seal_shards(dest: Path, shards: int) -> Path:
 
 
 # -- sampling ----------------------------------------------------------------------------------
-def open_policy(run: Run, suite, version: int, context: int) -> tuple[Policy, Any]:
+def open_policy(run: Run, suite, version: int, context: int, role: str = "policy") -> tuple[Policy, Any]:
     """The policy of version `version`: the suite's scripted expert (policy.kind=scripted), or an
-    engine serving that checkpoint; with the tokenizer that frames the conversation."""
+    engine serving that checkpoint (on the engine processes of `role`); with the tokenizer that
+    frames the conversation."""
     cfg = run.config
     if cfg.policy.kind == "scripted":
         expert = suite.expert()
@@ -84,8 +86,9 @@ def open_policy(run: Run, suite, version: int, context: int) -> tuple[Policy, An
         return expert, load_tokenizer("tiny" if cfg.policy.tokenizer == "auto" else cfg.policy.tokenizer)
     lora_rank = cfg.train.lora_r if cfg.train.lora else 0
     return open_policy_engine(
-        cfg.policy, run.checkpoints.path(version), context, lora_rank, on_ray=cfg.rollout.runner == "ray"
-    )
+        cfg.policy, run.checkpoints.path(version), context, lora_rank, cfg.rollout.runner == "ray", role,
+        overlap=cfg.campaign.max_staleness > 0,
+    )  # fmt: skip
 
 
 def open_judge(run: Run) -> Judge | None:
@@ -94,12 +97,14 @@ def open_judge(run: Run) -> Judge | None:
 
 
 def sample(
-    run: Run, dest: Path, draw: Draw, version: int, agent: AgentConfig | None = None, progress: bool = False
-) -> Path:
+    run: Run, dest: Path, draw: Draw, version: int, agent: AgentConfig | None = None, progress: bool = False,
+    round_: int | None = None, role: str = "policy",
+) -> Path:  # fmt: skip
     """Draw the trees, run them with policy version `version` (agent.* or `agent`), write their
-    rows as the partition `dest`, labelled with round = version (round r samples with version r;
-    an evaluation of version v carries v in both). Idempotent: a complete partition is returned as
-    it is, an incomplete one is rewritten whole."""
+    rows as the partition `dest`, labelled with round `round_` (default: the version; round r
+    samples with version max(0, r - campaign.max_staleness), an evaluation of version v carries v
+    in both). `role` names the engine processes that serve it (engines/scope.py). Idempotent: a
+    complete partition is returned as it is, an incomplete one is rewritten whole."""
     if is_complete(dest):
         return dest
     clean_temporaries(dest.parent, dest.name)  # only its own: sibling shards may be writing
@@ -107,10 +112,16 @@ def sample(
     agent = agent or cfg.agent
     suite = open_suite(cfg)
     specs = draw_trees(suite, draw)
-    policy, tokenizer = open_policy(run, suite, version, agent.max_context_tokens)
+    policy, tokenizer = open_policy(run, suite, version, agent.max_context_tokens, role)
     sampler = Sampler(
         policy, ChatFraming(tokenizer, cfg.policy.chat_template_kwargs), agent, cfg.sandbox, open_judge(run),
         draw.temperature, cfg.rollout.max_concurrent_trees, cfg.policy.retries,
     )  # fmt: skip
-    labels = RowLabels(run.name, version, draw.split, agent.mode, cfg.suite, version)
-    return sampler.sample(specs, labels, dest, {"shard": list(draw.shard)}, progress)
+    round_ = version if round_ is None else round_
+    labels = RowLabels(run.name, round_, draw.split, agent.mode, cfg.suite, version)
+    done = itertools.count(1)
+
+    def tree_done(_: Any) -> None:  # how far the stage is, for `rao status`
+        runlock.note_progress(run.dir, f"{next(done)} of {len(specs)} trees")
+
+    return sampler.sample(specs, labels, dest, {"shard": list(draw.shard)}, progress, tree_done)

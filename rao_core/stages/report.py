@@ -11,6 +11,7 @@ from typing import Any
 from rao_core.eval.metrics import load_round, summarize, summarize_eval
 from rao_core.layout import RunLayout
 from rao_core.run import Run
+from rao_core.stages.common import note
 from rao_core.store.files import write_text
 from rao_core.store.parquet import read_meta
 
@@ -90,10 +91,24 @@ def train_line(run: Run, round_: int) -> str:
     line = (
         f"{run.name} round {round_} train: loss {m['loss']:.4f}, {m['tokens']} tokens "
         f"({m['action_tokens']} action), {m['steps']} steps, mean ratio {m['mean_ratio']:.4f}"
+        + (f" ({m['clipped_fraction']:.1%} clipped)" if "clipped_fraction" in m else "")
+        + _off_policy(run, round_, m)
         + (f", KL to v0 {m['kl_to_reference']:.4f}" if "kl_to_reference" in m else "")
         + f"{moved}, {m['seconds']:.1f} s{_throughput(m)}"
     )
     return line + (f"\nWARNING: {m['warning']}" if "warning" in m else "")
+
+
+def _off_policy(run: Run, round_: int, m: dict[str, Any]) -> str:
+    """', trained nodes by staleness 0: 120, 1: 34, sampler mismatch KL 2.1e-05': how old the
+    trained trees were (campaign.max_staleness) and how far the sampler's log-probs are from this
+    version's (the k3 estimate; a checkpoint written before it existed has none)."""
+    from rao_core.scoring import scores_summary
+
+    hist = scores_summary(run.dir, round_)["staleness"]
+    by_age = ", ".join(f"{k}: {v['trained_nodes']}" for k, v in sorted(hist.items()) if v["trained_nodes"])
+    kl = f", sampler mismatch KL {m['mismatch_kl']:.2g}" if "mismatch_kl" in m else ""
+    return (f", trained nodes by staleness {by_age}" if by_age else "") + kl
 
 
 def _throughput(m: dict[str, Any]) -> str:
@@ -131,6 +146,7 @@ def round_report(run: Run, round_: int) -> dict[str, Any]:
     training update (loss, tokens/s) and time per stage."""
     from rao_core.scoring import scores_summary
 
+    note(run, f"report of round {round_}")
     layout = run.layout
     rollout_meta = read_meta(layout.rollouts(round_))
     rollout = summarize(load_round(run.layout, round_))
@@ -197,6 +213,7 @@ def write_campaign_report(run: Run) -> dict[str, Path]:
     latest version of each arm; logged on the campaign's MLflow run."""
     from rao_core.eval import gains, report
 
+    note(run, "the campaign report")
     runs = {arm.config.agent.mode: arm.dir for arm in run.arms()}
     histories = {arm: h for arm, run_dir in runs.items() if (h := eval_history_of(run_dir))}
     out = run.layout.reports

@@ -1,5 +1,6 @@
-"""The rollout stage: round N's draw of training trees, sampled with policy version N and written
-as one atomic Parquet partition, runs/<run>/rollouts/round=N/nodes.parquet.
+"""The rollout stage: round N's draw of training trees, sampled with policy version N (N - k with
+campaign.max_staleness = k, at least 0) and written as one atomic Parquet partition,
+runs/<run>/rollouts/round=N/nodes.parquet.
 
 Scale-out (docs/scale-out.md): with `rollout.shards = S > 1` the round's root tasks are dealt into
 S shards; each shard builds its own engine replica and writes `round=N/shard=K/` atomically, and the
@@ -27,8 +28,16 @@ def training_draw(run: Run, round_: int, shard: tuple[int, int] = (0, 1)) -> Dra
     )  # fmt: skip
 
 
+def sampling_version(run: Run, round_: int) -> int:
+    """The policy version round `round_` samples with: max(0, round - campaign.max_staleness). With
+    k = 0 each round samples with the version it trains; with k >= 1 the rollout of round r can run
+    while version r - k + 1 .. r are still being trained (docs/overlap.md)."""
+    return max(0, round_ - run.config.campaign.max_staleness)
+
+
 def roll_out(run: Run, round_: int, progress: bool = False) -> Path:
-    """Roll out round `round_` with policy version `round_`; a complete round is not run again."""
+    """Roll out round `round_` with policy version `sampling_version(run, round_)`; a complete round
+    is not run again."""
     note(run, f"rollout of round {round_}")
     dest, n = run.layout.rollouts(round_), run.config.rollout.shards
     return run_sharded(dest, n, f"round {round_}", lambda k: roll_out_shard(run, round_, k, progress))
@@ -40,4 +49,7 @@ def roll_out_shard(run: Run, round_: int, shard: int, progress: bool = False) ->
     partition is complete is a no-op and an incomplete one is rewritten whole."""
     n = run.config.rollout.shards
     dest = shard_dir(run.layout.rollouts(round_), shard, n)
-    return sample(run, dest, training_draw(run, round_, (shard, n)), round_, progress=progress)
+    version = sampling_version(run, round_)
+    return sample(
+        run, dest, training_draw(run, round_, (shard, n)), version, progress=progress, round_=round_
+    )

@@ -1,5 +1,5 @@
-"""The scoring stage: round N's node rewards, depth weights, group baselines and advantages, in
-DuckDB over the round's Parquet (sql/, rao_core/scoring.py): scores/round=N/scores.parquet."""
+"""The scoring stage: round N's node rewards, depth weights, group baselines, advantages and
+staleness, in DuckDB over the round's Parquet (sql/, rao_core/scoring.py): scores/round=N/scores.parquet."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from rao_core.stages.common import note
 
 
 def score(run: Run, round_: int) -> Path:
-    """Score round `round_` with scoring.* (a complete scores partition is returned as it is)."""
+    """Score round `round_` with scoring.*, dropping trees sampled more than
+    campaign.max_staleness versions before version `round_` (a complete scores partition is
+    returned as it is)."""
     note(run, f"scoring of round {round_}")
-    return score_round(run.dir, round_, run.config.scoring)
+    return score_round(run.dir, round_, run.config.scoring, run.config.campaign.max_staleness)

@@ -13,6 +13,7 @@ from rao_core import resume
 from rao_core.envs.checks import check_tasks
 from rao_core.envs.suites import open_suite
 from rao_core.run import Run
+from rao_core.stages.common import note
 
 
 def prepare(run: Run) -> dict[str, Any]:
@@ -41,6 +42,7 @@ class Synthesized:
 
 
 def synthesize(run: Run) -> Synthesized:
+    note(run, "synthesis")
     changed = prepare(run)
     suite = open_suite(run.config)
     return Synthesized(

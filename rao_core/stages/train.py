@@ -3,9 +3,13 @@ rao_core/train/), in the flow's process or as `accelerate launch` on N processes
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
+from rao_core.config import TrainConfig
+from rao_core.engines.open import overlap_share
 from rao_core.engines.scope import make_room_for_training
 from rao_core.run import Run
 from rao_core.stages.common import note
@@ -29,7 +33,30 @@ def train(run: Run, round_: int) -> dict[str, Any]:
     paths = (run.dir, round_, ckpt.path(round_), run.layout.checkpoint(round_ + 1))
     train_cfg = dataclasses.replace(cfg.train, lr=round_lr(run, round_))
     tokenizer = None if cfg.policy.tokenizer == "auto" else cfg.policy.tokenizer
-    with make_room_for_training():  # vLLM sleeps (or stops) while the trainer runs
+    if cfg.campaign.max_staleness:  # the engine lane samples meanwhile: its engines stay
+        room, threads = contextlib.nullcontext(), trainer_threads(cfg.train)
+    else:
+        room, threads = make_room_for_training(), contextlib.nullcontext()  # vLLM sleeps (or stops)
+    with room, threads:
         if cfg.train.accelerate_config:
             return launch_round(cfg.train.accelerate_config, *paths, train_cfg, ckpt.initial(), tokenizer)
         return train_round(*paths, train_cfg, ckpt.initial(), tokenizer)
+
+
+@contextlib.contextmanager
+def trainer_threads(train: TrainConfig) -> Iterator[None]:
+    """Rounds that overlap on the CPU: the trainer's share of the cores (engines/open.py,
+    overlap_share), so that it and the engine processes do not run more threads than cores."""
+    import torch
+
+    from rao_core.train.trainer import resolve_device
+
+    if resolve_device(train) != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(overlap_share()[1])
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -93,8 +93,9 @@ SCORE_FIELDS: list[tuple[str, pa.DataType, str]] = [
     (
         "drop_reason",
         pa.string(),
-        "timeout, infra_error, unfinished_root, single_tree_group, zero_advantage_group",
+        "stale, timeout, infra_error, unfinished_root, single_tree_group, zero_advantage_group",
     ),
+    ("staleness", pa.int32(), "the version this round trains (its round) minus the node's policy_version"),
 ]
 
 SCORES_SCHEMA = pa.schema([pa.field(n, t, metadata={"doc": d}) for n, t, d in SCORE_FIELDS])

@@ -32,7 +32,8 @@ def round_metrics(
     `padded_tokens` is what the micro-batches computed on (rows x longest row each)."""
     grad_norms = [h["grad_norm"] for h in trainer.state.log_history if "grad_norm" in h]
     keys = (
-        "tokens", "ratio_sum", "ratio_sq_sum", "clipped", "logp_sum", "first_tokens", "first_diff_sum", "kl_sum"
+        "tokens", "ratio_sum", "ratio_sq_sum", "clipped", "logp_sum", "first_tokens", "first_diff_sum",
+        "first_k3_sum", "kl_sum",
     )  # fmt: skip
     totals = _sum_over_ranks(trainer, [trainer.stats[k] for k in keys] + trainer.step_losses)
     s = dict(zip(keys, totals, strict=False))
@@ -56,24 +57,31 @@ def round_metrics(
         **throughput(flops, seconds, trainer.accelerator.device, world_size),
         "mean_ratio": s["ratio_sum"] / n,
         "ratio_std": math.sqrt(max(0.0, s["ratio_sq_sum"] / n - (s["ratio_sum"] / n) ** 2)),
-        **sampler_mismatch(trainer.first_step_diffs, s["first_diff_sum"], s["first_tokens"]),
+        **sampler_mismatch(
+            trainer.first_step_diffs, s["first_diff_sum"], s["first_k3_sum"], s["first_tokens"]
+        ),
         "clipped_fraction": s["clipped"] / n,
         "mean_action_logp": s["logp_sum"] / n,
         **({"kl_to_reference": s["kl_sum"] / n} if trainer.beta else {}),
     }
 
 
-def sampler_mismatch(diffs: list[torch.Tensor], diff_sum: float, tokens: float) -> dict[str, float]:
-    """How far the sampler's log-probs are from the trainer's recomputation at the same weights (the
-    first optimiser step's tokens; rows with sampler log-probs only): mean over every process, p99
-    and max over this one's. Near 0 when sampler and trainer agree (same model, same temperature)."""
+def sampler_mismatch(
+    diffs: list[torch.Tensor], diff_sum: float, k3_sum: float, tokens: float
+) -> dict[str, float]:
+    """How far the sampler's log-probs are from the trainer's recomputation with the version the
+    round trains (the first optimiser step's tokens; rows with sampler log-probs only): the mean
+    absolute log-ratio and the k3 estimate of KL(sampler || trainer) over every process, p99 and max
+    over this one's. Near 0 when sampler and trainer agree (same model, same temperature); larger
+    when the trees are stale (campaign.max_staleness), which the importance ratio corrects."""
     if not tokens:
         return {}
     values = torch.cat(diffs) if diffs else torch.zeros(0)
-    if not values.numel():  # this process had no sampler rows (others did): the mean only
-        return {"logprob_diff_mean": diff_sum / tokens}
+    means = {"logprob_diff_mean": diff_sum / tokens, "mismatch_kl": k3_sum / tokens}
+    if not values.numel():  # this process had no sampler rows (others did): the means only
+        return means
     return {
-        "logprob_diff_mean": diff_sum / tokens,
+        **means,
         "logprob_diff_p99": float(torch.quantile(values.double(), 0.99)),
         "logprob_diff_max": float(values.max()),
     }

@@ -18,13 +18,13 @@ starts this itself (`launch_round`) when `train.accelerate_config` is set.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import json
 import logging
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,12 +34,14 @@ from typing import Any
 
 import torch
 import yaml
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoTokenizer, TrainerCallback
 
-from rao_core import checkpoints
+from rao_core import checkpoints, runlock
 from rao_core.checkpoints import is_complete
 from rao_core.engines.probe import write_probe
+from rao_core.interrupts import run_in_own_session
 from rao_core.layout import METRICS
+from rao_core.models.loading import LOADING, load_causal_lm
 from rao_core.models.locate import adapter_base, is_adapter
 from rao_core.models.tokenizer import load_tokenizer
 from rao_core.train import state
@@ -68,7 +70,7 @@ def load_policy(model_path: Path, cfg: TrainConfig, tokenizer: str | Path | None
         model = _lora_model(model_path, cfg)
     else:
         source = checkpoints.master_dir(model_path) or model_path
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, local_files_only=True)
+        model = load_causal_lm(source, dtype=torch.float32)
     if world()[1] == 1:  # launched: the trainer places each rank's copy (its own GPU, or its shards)
         model.to(resolve_device(cfg))
     if tokenizer is not None:  # policy.tokenizer: 'tiny', a shipped name, a folder or a hub id
@@ -82,7 +84,7 @@ def load_reference(origin: Path | None) -> Any:
     if origin is None:
         raise ValueError("train.beta > 0 needs policy version 0 (origin) as the KL term's reference")
     source = checkpoints.master_dir(origin) or origin
-    return AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, local_files_only=True)
+    return load_causal_lm(source, dtype=torch.float32)
 
 
 def _lora_model(model_path: Path, cfg: TrainConfig) -> Any:
@@ -91,12 +93,11 @@ def _lora_model(model_path: Path, cfg: TrainConfig) -> Any:
     from peft import PeftModel, get_peft_model
 
     base_path = adapter_base(model_path) if is_adapter(model_path) else model_path
-    base = AutoModelForCausalLM.from_pretrained(
-        base_path, dtype=saved_dtype(base_path), local_files_only=True
-    )
+    base = load_causal_lm(base_path, dtype=saved_dtype(base_path))
     if is_adapter(model_path):
-        return PeftModel.from_pretrained(base, model_path, is_trainable=True)
-    with torch.random.fork_rng(devices=[]):
+        with LOADING:  # peft builds the adapter's layers the same way
+            return PeftModel.from_pretrained(base, model_path, is_trainable=True)
+    with LOADING, torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
         model = get_peft_model(base, lora_config(cfg))
     model.peft_config["default"].base_model_name_or_path = str(Path(base_path).resolve())
@@ -129,7 +130,11 @@ def train_round(
     if world_size > 1:
         _publish_on_rank0(*args, rank)
         return json.loads((out_path / METRICS).read_text())
-    return _train_and_publish(*args)
+    # train.device=cuda:N: GPU N is the current one while this process trains (accelerate, and so
+    # TRL, place the model and its batches on the current GPU), so that the engines can have others
+    gpu = torch.cuda.device(int(cfg.device.split(":")[1])) if cfg.device.startswith("cuda:") else None
+    with gpu or contextlib.nullcontext():
+        return _train_and_publish(*args)
 
 
 def _publish_on_rank0(*args: Any) -> None:
@@ -186,7 +191,7 @@ def _train_and_publish(
             reference = load_reference(origin) if cfg.beta and not cfg.lora else None
             with tempfile.TemporaryDirectory(prefix="rao-train-") as work:
                 model, metrics = train_rows(
-                    model, tok, rows, cfg, Path(work), optimizer_state=moments, reference=reference
+                    model, tok, rows, cfg, Path(work), [NoteSteps(run_dir)], moments, reference
                 )
             del reference
             optimizer_state = metrics.pop("optimizer_state", None)
@@ -197,6 +202,7 @@ def _train_and_publish(
             _write_checkpoint(model, tok, model_path, origin, tmp, cfg, metrics, optimizer_state, before)
         metrics["stage_seconds"] = time.perf_counter() - t0
         metrics["peak_rss_mib"] = peak_rss_mib()
+        runlock.note_progress(run_dir, "publishing the checkpoint", every_s=0)
         metrics = checkpoints.publish(tmp, out_path, metrics)
         if model_path.parent == out_path.parent:  # the run's own checkpoints: only the latest keeps
             checkpoints.drop_state(model_path)  # the trainer state (a 4B model's master and moments: 48 GB)
@@ -205,6 +211,17 @@ def _train_and_publish(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+class NoteSteps(TrainerCallback):
+    """How far the train stage is ("step 3 of 8"), for `rao status` and an interrupted command's
+    line; a no-op in a launched rank (it holds no run folder's lock)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        runlock.note_progress(self.run_dir, f"step {state.global_step} of {state.max_steps}")
 
 
 def _write_checkpoint(
@@ -315,7 +332,8 @@ def launch_round(
         cmd += ["--model", str(model_path), "--out", str(out_path), "--config", str(conf)]
         cmd += ["--origin", str(origin)] if origin else []
         cmd += ["--tokenizer", str(tokenizer)] if tokenizer else []
-        subprocess.run(cmd, check=True, env={**os.environ, **env})
+        # an interrupt ends the ranks too; `rao status` says the stage runs launched
+        run_in_own_session(cmd, {**os.environ, **env}, lambda: runlock.note_progress(run_dir, "launched"))
     if not is_complete(out_path):
         raise RuntimeError(
             f"the launched training stage finished without a complete checkpoint at {out_path}"

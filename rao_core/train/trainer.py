@@ -72,7 +72,7 @@ def adamw_name(cfg: TrainConfig, device: str) -> str:
     same update up to rounding, where the plain (foreach) step allocates two full-size temporaries
     one after the other: 4 B/param on top of the 16 of master weights, gradients and moments, at
     the training peak (docs/training.md, "Throughput")."""
-    fused = device == "cuda" if cfg.fused_adamw is None else cfg.fused_adamw
+    fused = device.startswith("cuda") if cfg.fused_adamw is None else cfg.fused_adamw
     return "adamw_torch_fused" if fused else "adamw_torch"
 
 
@@ -103,7 +103,7 @@ def grpo_args(
     checks (generation batch divisible by the group size); our dataloader ignores them.
     """
     device = resolve_device(cfg)
-    bf16 = device == "cuda" if cfg.bf16 is None else cfg.bf16
+    bf16 = device.startswith("cuda") if cfg.bf16 is None else cfg.bf16
     return GRPOConfig(
         output_dir=str(output_dir),
         loss_type=cfg.loss_type,
@@ -304,11 +304,15 @@ class RAOTrainer(GRPOTrainer):
         self.stats["clipped"] += float(clipped.sum())
         self.stats["logp_sum"] += float(cur[m].sum())
         sampled = m & ~missing[:, None]  # rows with the sampler's own log-probs
-        if self.state.global_step == 0:  # before any update: sampler against trainer, same weights
-            diff = (cur - old)[sampled].float().abs()
-            self.first_step_diffs.append(diff.cpu())
+        if self.state.global_step == 0:  # before any update: the sampler against this version
+            log_ratio = (cur - old)[sampled].float()
+            self.first_step_diffs.append(log_ratio.abs().cpu())
             self.stats["first_tokens"] += float(sampled.sum())
-            self.stats["first_diff_sum"] += float(diff.sum())
+            self.stats["first_diff_sum"] += float(log_ratio.abs().sum())
+            # k3 estimate of KL(sampler || trainer) on the sampler's tokens: r - 1 - log r, r = p/q
+            # (float64 and expm1: for |log r| ~ 1e-6 the terms cancel below float32's precision)
+            x = log_ratio.double()
+            self.stats["first_k3_sum"] += float((torch.expm1(x) - x).sum())
 
     def _compute_loss(self, model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """TRL's loss, unchanged; we only keep a handle on the inputs and sum the step's loss."""

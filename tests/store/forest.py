@@ -47,19 +47,26 @@ def random_forest(
     p_gap: float = 0.05,
     p_zero_group: float = 0.15,
     task_prefix: str = "t",
+    max_version: int | None = None,
 ) -> dict[str, list]:
     """Columns of a random forest: n_tasks groups of G trees (G random in 1..max_group if not given).
 
     Each node has up to max_children children with chance p_child each (fewer deeper down); depth
     gaps (a child recorded two levels down) appear with p_gap; a group is all-zero success with
-    p_zero_group so zero-advantage groups occur.
+    p_zero_group so zero-advantage groups occur. With `max_version`, each group is sampled with a
+    random policy version in 0..max_version (a tree of another version now and then, a node with
+    no version rarely), so that staleness varies.
     """
     cols: dict[str, list] = {k: [] for k in SCORED}
+    if max_version is not None:
+        cols["policy_version"] = []
     for t in range(n_tasks):
         task = f"{task_prefix}{t}"
         mode = "zero" if rng.random() < p_zero_group else "mixed"
+        group_version = rng.randint(0, max_version) if max_version is not None else 0
         for g in range(group_size or rng.randint(1, max_group)):
             tree = f"{task}/{g}"
+            version = rng.randint(0, max_version) if max_version and rng.random() < 0.1 else group_version
             timed_out = rng.random() < p_timeout
             infra = not timed_out and rng.random() < p_infra
             stack = [(f"{tree}:0", None, 0)]
@@ -76,6 +83,8 @@ def random_forest(
                 cols["status"].append(failed if unfinished else "finished")
                 cols["success"].append(_success(rng, mode))
                 cols["tree_status"].append("timeout" if timed_out else "infra_error" if infra else "ok")
+                if max_version is not None:
+                    cols["policy_version"].append(None if rng.random() < 0.02 else version)
                 if depth < max_depth:
                     p = p_child / (1 + depth)
                     k = sum(rng.random() < p for _ in range(max_children))

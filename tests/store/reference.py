@@ -12,11 +12,20 @@ from rao_core.config import ScoringConfig
 ZERO = 1e-12
 
 
-def reference_scores(nodes: list[dict], cfg: ScoringConfig) -> dict[str, dict]:
-    """nodes: rows with node_id, parent_id, tree_id, task_id, depth, status, tree_status, success.
+def reference_scores(
+    nodes: list[dict], cfg: ScoringConfig, trained_version: int = 0, max_staleness: int = 0
+) -> dict[str, dict]:
+    """nodes: rows with node_id, parent_id, tree_id, task_id, depth, status, tree_status, success,
+    policy_version. The round trains `trained_version`; a tree with a node sampled more than
+    `max_staleness` versions before it is dropped as stale.
 
     Returns node_id -> the scores columns.
     """
+
+    def staleness(n: dict) -> int:
+        v = n.get("policy_version")
+        return trained_version - (trained_version if v is None else v)
+
     s = {n["node_id"]: float(n["success"] or 0.0) for n in nodes}
 
     # Eq. 1: own success plus lambda times the mean of the children's base success.
@@ -40,7 +49,9 @@ def reference_scores(nodes: list[dict], cfg: ScoringConfig) -> dict[str, dict]:
 
     reason: dict[str, str | None] = {}
     for t, ns in tree_nodes.items():
-        if any(n["tree_status"] == "timeout" for n in ns):
+        if max(staleness(n) for n in ns) > max_staleness:
+            reason[t] = "stale"
+        elif any(n["tree_status"] == "timeout" for n in ns):
             reason[t] = "timeout"
         elif any(n["tree_status"] == "infra_error" for n in ns):
             reason[t] = "infra_error"
@@ -103,5 +114,6 @@ def reference_scores(nodes: list[dict], cfg: ScoringConfig) -> dict[str, dict]:
             "weighted_advantage": w[n["depth"]] * adv if trained else 0.0,
             "trained": trained,
             "drop_reason": reason[t],
+            "staleness": staleness(n),
         }
     return out

@@ -31,16 +31,20 @@ def cfg_of(lam: float, dw: bool, combo: tuple[str, str, str]) -> ScoringConfig:
     )
 
 
-def score_table(table: pa.Table, cfg: ScoringConfig, run_dir: Path | None = None) -> list[dict]:
+def score_table(
+    table: pa.Table, cfg: ScoringConfig, run_dir: Path | None = None, round: int = 0, max_staleness: int = 0
+) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = run_dir or Path(tmp)
-        write_round(run_dir, 0, table)
-        return read_partition(score_round(run_dir, 0, cfg), "scores").to_pylist()
+        write_round(run_dir, round, table)
+        return read_partition(score_round(run_dir, round, cfg, max_staleness), "scores").to_pylist()
 
 
-def assert_matches_reference(table: pa.Table, cfg: ScoringConfig) -> list[dict]:
-    got = score_table(table, cfg)
-    want = reference_scores(table.to_pylist(), cfg)
+def assert_matches_reference(
+    table: pa.Table, cfg: ScoringConfig, round: int = 0, max_staleness: int = 0
+) -> list[dict]:
+    got = score_table(table, cfg, round=round, max_staleness=max_staleness)
+    want = reference_scores(table.to_pylist(), cfg, round, max_staleness)
     assert [r["node_id"] for r in got] == table.column("node_id").to_pylist()  # input order kept
     for row in got:
         ref = want[row["node_id"]]
@@ -81,6 +85,48 @@ def test_random_forests_match_reference(rng, lam, dw, combo, n_tasks, max_group,
         rng, n_tasks=n_tasks, max_group=max_group, max_depth=max_depth, max_children=max_children, p_gap=0.1
     )
     assert_matches_reference(node_table(cols), cfg_of(lam, dw, combo))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rng=st.randoms(use_true_random=False),
+    combo=st.sampled_from(SETTINGS),
+    round=st.integers(0, 5),
+    max_staleness=st.integers(0, 3),
+    n_tasks=st.integers(1, 5),
+)
+def test_stale_trees_match_reference(rng, combo, round, max_staleness, n_tasks):
+    """Trees sampled with versions 0..round (sometimes none): each row's staleness is round minus
+    its policy_version, and a tree older than max_staleness is dropped as 'stale' before its group's
+    baseline is taken (the other trees' baselines leave it out)."""
+    cols = random_forest(rng, n_tasks=n_tasks, max_group=4, max_depth=2, max_version=round)
+    got = assert_matches_reference(
+        node_table(cols, round=round), cfg_of(0.4, True, combo), round, max_staleness
+    )
+    for row in got:
+        assert 0 <= row["staleness"] <= round
+        if row["staleness"] > max_staleness:  # the reference decides the rest
+            assert row["drop_reason"] == "stale" and not row["trained"]
+
+
+def test_stale_edge_cases():
+    """One stale tree in a group of two leaves a single-tree group; a group of stale trees only;
+    staleness exactly k is kept; rows with no version are fresh."""
+    cols = {
+        "task_id": ["a", "a", "b", "c", "c"],
+        "tree_id": ["a/0", "a/1", "b/0", "c/0", "c/1"],
+        "node_id": ["a/0:0", "a/1:0", "b/0:0", "c/0:0", "c/1:0"],
+        "parent_id": [None] * 5,
+        "depth": [0] * 5,
+        "success": [1.0, 0.0, 1.0, 1.0, 0.0],
+        "policy_version": [3, 1, 1, 2, None],
+    }
+    cfg = ScoringConfig(single_tree_groups="skip", zero_advantage_groups="keep")
+    got = {r["tree_id"]: r for r in assert_matches_reference(node_table(cols, round=3), cfg, 3, 1)}
+    assert got["a/1"]["drop_reason"] == got["b/0"]["drop_reason"] == "stale"
+    assert got["a/0"]["drop_reason"] == "single_tree_group"  # its only peer was stale
+    assert [got[t]["staleness"] for t in ("a/0", "a/1", "b/0", "c/0", "c/1")] == [0, 2, 2, 1, 0]
+    assert got["c/0"]["trained"] and got["c/1"]["trained"] and got["c/0"]["baseline"] == 0.0
 
 
 @pytest.mark.parametrize("combo", SETTINGS)
