@@ -168,6 +168,43 @@ def test_a_campaign_with_no_signal_stops_after_round_0(prefect_server, tmp_path,
     assert [r.info.status for r in runs if "mlflow.parentRunId" not in r.data.tags] == ["FINISHED"]
 
 
+# A suite of the user's whose success() has the bug users write: a key that is not there.
+BROKEN_SCORER = """
+from usertasks_echo import EchoSuite, EchoEnv
+
+
+class TypoEnv(EchoEnv):
+    def success(self, finished, finish_message):
+        return float(self.targets()["wrod"] == finish_message)
+
+
+class Typo(EchoSuite):
+    def env(self, task):
+        return TypoEnv("say yes", "yes")
+"""
+
+
+def test_a_broken_scorer_stops_the_campaign_with_its_message(prefect_server, tmp_path, capsys, monkeypatch):
+    """The scorer failed at every node of round 0: the campaign stops there with the scorer's own
+    message (no advice about warm starts), exit status 1, and the round set aside for a rerun."""
+    from flows.cli import main
+    from tests.envs.test_suite_plugins import USER_SUITE
+
+    (tmp_path / "usertasks_echo.py").write_text(USER_SUITE)
+    (tmp_path / "brokenscorer.py").write_text(BROKEN_SCORER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sets = [f"runs_dir={tmp_path}", "suite=brokenscorer:Typo", "policy.model=tiny", "agent.max_steps=2",
+            "agent.max_new_tokens=12", "eval.num_tasks=1", "campaign.rounds=2"]  # fmt: skip
+    rc = main(["train", *(a for o in sets for a in ("--set", o))])
+    err = capsys.readouterr().err
+    assert rc == 1 and "stopped: the suite's scorer failed at 4 of 4 nodes of round 0, as at node" in err, err
+    assert "raised KeyError: 'wrod'" in err and "Try: a warm start" not in err
+    cfg = load_config(overrides=sets)
+    assert not cfg.layout.checkpoint_complete(1) and list(
+        (cfg.run_dir / "rollouts").glob(".scorer-failed-round=0-*")
+    )
+
+
 def test_control_arm_trains_beside_the_main_arm(prefect_server, tmp_path):
     """campaign.control_arm: the single-agent arm gets the same rounds in <run>-single, and the
     campaign report draws both learning curves."""
