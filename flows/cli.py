@@ -64,6 +64,8 @@ def _print_summary(summary: dict, path: str) -> None:
     for depth, s in summary["success_by_depth"].items():
         table.add_row(f"success at depth {depth}", f"{s:.3f}")
     table.add_row("statuses", ", ".join(f"{k} {v}" for k, v in sorted(summary["statuses"].items())))
+    table.add_row("policy failures", str(sum(summary["policy_failed_nodes"].values())))
+    table.add_row("scorer failures", str(summary["scorer_failed_nodes"]))
     Console().print(table)
 
 
@@ -259,7 +261,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_rollout(args: argparse.Namespace) -> int:
     from rao_core import runlock
-    from rao_core.campaign import engines
+    from rao_core.campaign import broken_scorer, engines
     from rao_core.eval.metrics import load_round, summarize
     from rao_core.run import Run
     from rao_core.stages.rollout import roll_out
@@ -280,6 +282,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
             prepare(run)
             path = roll_out(run, args.round, progress=not args.no_progress)
     _print_summary(summarize(load_round(cfg.layout, args.round)), str(path))
+    if why := broken_scorer(Run(cfg), args.round):
+        print(f"WARNING: {why}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -313,11 +318,14 @@ def cmd_config(args: argparse.Namespace) -> int:
     if args.explain is not None:  # every key (or a section's, or one) with default, rule and help
         from rao_core.config.explain import explain
         from rao_core.envs.args import moved_hint
-        from rao_core.envs.registry import suite_class
+        from rao_core.envs.registry import SuiteError, suite_class
+        from rao_core.run import named_suite, read_layers
 
-        cfg = load_config(args.config, args.overrides, check_files=False)  # the active suite's suite_args
-        try:
-            print(explain(args.explain or None, suite_class(cfg.suite).Args))
+        try:  # the suite the layers name (for its suite_args): the rest need not be complete or valid
+            Args = suite_class(named_suite(read_layers(args.config, args.overrides)[0])).Args
+            print(explain(args.explain or None, Args))
+        except SuiteError as e:
+            raise ConfigError(str(e)) from None
         except KeyError as e:
             raise ConfigError(f"--explain: {moved_hint(args.explain) or e.args[0]}") from None
         return 0
@@ -368,7 +376,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_sql(args: argparse.Namespace) -> int:
     from rao_core.query import sql_main
 
-    return sql_main(args.run_dir, args.query, args.file, args.max_rows)
+    run_dir = args.run_dir or load_config(args.config, args.overrides, check_files=False).run_dir
+    return sql_main(run_dir, args.query, args.file, args.max_rows, args.full)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -458,8 +467,10 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sql", help="query a run's tables (nodes, scores, samples) read-only")
     p.add_argument("query", nargs="?", help="the SQL text")
     p.add_argument("--file", help="read the SQL from a file")
-    p.add_argument("--run-dir", default="runs/default", help="run folder (default runs/default)")
+    _config_args(p)
+    p.add_argument("--run-dir", help="run folder (default: the run of --config/--set, runs/default)")
     p.add_argument("--max-rows", type=int, default=50)
+    p.add_argument("--full", action="store_true", help="every value whole, one per line (a whole transcript)")
     p.set_defaults(func=cmd_sql)
     return parser
 

@@ -120,6 +120,8 @@ def run_round(run: Run, round_: int) -> dict:
     """One round: rollout (v_r) -> score -> train (v_r+1) -> evaluate (v_r+1) -> report. A
     campaign whose v0 solves nothing and whose round 0 has no spread stops there (CampaignStopped)."""
     rollout(run, round_)
+    if why := campaign.broken_scorer(run, round_):
+        raise campaign.CampaignStopped(why)
     stages.score(run, round_)
     if round_ == 0 and (why := campaign.hopeless_start(run)):
         raise campaign.CampaignStopped(why)
@@ -186,6 +188,8 @@ def _overlapped_rounds(run: Run, arms: list[Run]) -> str | None:
                     lambda arm=arm, r=r: arm.layout.complete(arm.layout.rollouts(r)),
                     f"{arm.name}'s round {r} rollout", cfg.wait_timeout_s, lane.failure,
                 )  # fmt: skip
+                if why := campaign.broken_scorer(arm, r):
+                    raise campaign.CampaignStopped(why)
                 stages.score(arm, r)
                 if r == 0 and (why := campaign.hopeless_start(arm)):
                     raise campaign.CampaignStopped(why)

@@ -23,9 +23,10 @@ from typing import Any
 from rao_core.config import ConfigError, PolicyConfig, TrainConfig
 from rao_core.engines.open import start_policy_processes
 from rao_core.engines.scope import EngineScope, engine_scope
-from rao_core.eval.metrics import summarize_eval
+from rao_core.eval.metrics import load_round, scorer_failures, summarize, summarize_eval
 from rao_core.run import Run
 from rao_core.scoring import no_signal, scores_summary
+from rao_core.store.parquet import set_aside
 
 
 @contextlib.contextmanager
@@ -61,6 +62,17 @@ def status(run: Run, rounds: int | None = None) -> list[dict[str, Any]]:
     ]
 
 
+# what a node's end says, for the stop message of a campaign that learns nothing
+ENDED = {
+    "finished": "answered, scored 0",
+    "budget": "out of agent.max_steps",
+    "loop": "the same cell again and again",
+    "context_overflow": "out of agent.max_context_tokens",
+    "error": "its cell crashed the REPL",
+    "timeout": "a cell or the tree ran out of time",
+}
+
+
 class CampaignStopped(RuntimeError):
     """The campaign stopped early, for the reason in the message (not a failure of any stage)."""
 
@@ -78,12 +90,46 @@ def hopeless_start(run: Run) -> str | None:
     why = no_signal(scores_summary(run.dir, 0)["groups"])
     if v0 != 0 or why is None:
         return None
+    ended = summarize(load_round(layout, 0))["statuses"]  # a loop, an overflow: the model's habits
+    how = ", ".join(
+        f"{k} {v}" + (f" ({ENDED[k]})" if k in ENDED else "")
+        for k, v in sorted(ended.items(), key=lambda kv: -kv[1])
+    )
     return (
         f"{run.name}: stopped after round 0: v0 solves 0% of the held-out tasks and {why}, so RL has "
-        "nothing to learn from. Try: a warm start (policy.model=warmstart, from the suite's expert or "
-        "warmstart.demonstrations), easier tasks (rollout.difficulty), more trees per task "
+        f"nothing to learn from. Round 0's {sum(ended.values())} nodes ended: {how}. "
+        "Try: a warm start (policy.model=warmstart, from the suite's expert, a dataset's "
+        "warmstart.demonstrator or warmstart.demonstrations), easier tasks (rollout.difficulty), more trees per task "
         "(rollout.group_size) or a higher policy.temperature, and budgets that fit the task "
         "(agent.max_new_tokens, agent.max_steps: docs/own-task.md, 'Sizing your task')"
+    )
+
+
+def broken_scorer(run: Run, round_: int) -> str | None:
+    """After round r's rollout: when the suite's scorer (success(), a verifier, a judge) failed at
+    half or more of the nodes of the round, or of the evaluation of version r, the rewards say
+    nothing about the policy. Those partitions are set aside (sampled again once the scorer is
+    fixed), and the scorer's message is returned; else None."""
+    layout, lines = run.layout, []
+    for what, dest in (
+        (f"the evaluation of v{round_}", layout.eval(round_)),
+        (f"round {round_}", layout.rollouts(round_)),
+    ):
+        if not layout.complete(dest):
+            continue
+        failed, nodes, first = scorer_failures(dest)
+        if failed and 2 * failed >= nodes:
+            lines.append((what, failed, nodes, first, set_aside(dest, "scorer-failed").name))
+            if dest == layout.eval(0):  # MLflow's v0 is logged again, from the new evaluation
+                layout.logged_baseline.unlink(missing_ok=True)
+    if not lines:
+        return None
+    what, failed, nodes, first, _ = lines[-1]
+    aside = ", ".join(f"{w} as {a}" for w, *_, a in lines)
+    return (
+        f"{run.name}: stopped: the suite's scorer failed at {failed} of {nodes} nodes of {what}, as at "
+        f"{first}. A bug of the scorer, not of the policy: fix it and run the same command again "
+        f"(set aside to be sampled again: {aside}; `rao train --check` scores the suite's tasks first)"
     )
 
 

@@ -122,8 +122,22 @@ def read_query_file(file: str) -> str:
     )
 
 
-def sql_main(run_dir: str, query: str | None, file: str | None, max_rows: int) -> int:
-    """`rao sql`: print the result of a query (text or --file); 0 on success, 2 on any refusal or error."""
+def format_records(columns: list[str], rows: list[tuple], max_rows: int = 50) -> str:
+    """Rows one after another, every value whole (`rao sql --full`: a whole transcript, as stored)."""
+    out = []
+    for i, row in enumerate(rows[:max_rows]):
+        out.append(f"-- row {i + 1} of {len(rows)} --")
+        out += [
+            f"{c}: {v}" if "\n" not in str(v) else f"{c}:\n{v}" for c, v in zip(columns, row, strict=True)
+        ]
+    return "\n".join(out) + "\n"
+
+
+def sql_main(
+    run_dir: str | Path, query: str | None, file: str | None, max_rows: int, full: bool = False
+) -> int:
+    """`rao sql`: print the result of a query (text or --file), as a table or, with `full`, every
+    value whole; 0 on success, 2 on any refusal or error."""
     try:
         if (query is None) == (file is None):
             raise QueryError("give either a query or --file, not both")
@@ -133,5 +147,5 @@ def sql_main(run_dir: str, query: str | None, file: str | None, max_rows: int) -
     except QueryError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    sys.stdout.write(format_table(columns, rows, max_rows=max_rows))
+    sys.stdout.write((format_records if full else format_table)(columns, rows, max_rows=max_rows))
     return 0

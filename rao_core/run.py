@@ -108,25 +108,8 @@ def load_config(
 ) -> RunConfig:
     """The suite's profile, the YAML file, then the overrides, validated; with `check_files`, the
     files the configuration names must exist (checkpoints, the accelerate config)."""
-    layers: list[dict] = []
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: top level must be a mapping")
-        layers.append(migrate_file(data))
-    files = len(layers)
-    layers += [parse_override(text) for text in overrides or []]
-    for layer in layers:
-        for key, value in layer.items():
-            if key in MAPPINGS and not isinstance(value, dict):
-                raise ConfigError(f"{key}: {value!r}: expected a mapping of {key}.* fields")
-    suite = next((layer["suite"] for layer in reversed(layers) if "suite" in layer), RunConfig().suite)
+    layers, files = read_layers(path, overrides)
+    suite = named_suite(layers)
     name = registered_name(suite)  # old keys are keyed by a suite's registered name
     layers = [migrate_suite_settings(layer, name, strict=i >= files) for i, layer in enumerate(layers)]
     raw_args: dict = {}
@@ -156,6 +139,35 @@ def load_config(
     if check_files:
         check_files_exist(cfg.policy, cfg.warmstart, cfg.judge, cfg.train)
     return cfg
+
+
+def read_layers(path: str | Path | None, overrides: list[str] | None) -> tuple[list[dict], int]:
+    """The YAML file's layer (if any), then one per override, not yet validated, and how many came
+    from the file (`rao config --explain` reads no more of a partial configuration)."""
+    layers: list[dict] = []
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: top level must be a mapping")
+        layers.append(migrate_file(data))
+    files = len(layers)
+    layers += [parse_override(text) for text in overrides or []]
+    for layer in layers:
+        for key, value in layer.items():
+            if key in MAPPINGS and not isinstance(value, dict):
+                raise ConfigError(f"{key}: {value!r}: expected a mapping of {key}.* fields")
+    return layers, files
+
+
+def named_suite(layers: list[dict]) -> str:
+    """The suite the layers name (the last that names one), or the default."""
+    return next((layer["suite"] for layer in reversed(layers) if "suite" in layer), RunConfig().suite)
 
 
 def check_files_exist(

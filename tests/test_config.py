@@ -187,3 +187,17 @@ def test_explain_shows_the_engines_default_kind_and_the_active_suites_arguments(
     assert explain("policy.kind").startswith("policy.kind = 'hf'  (one of scripted, hf, vllm, openai;")
     args = explain("suite_args", suite_class("examples.filecount.suite:FileCount").Args)
     assert "suite_args.tasks_per_difficulty = 200  (int >= 1;" in args and "suite_args.seed = 0" in args
+
+
+def test_explain_works_on_a_partial_configuration(capsys):
+    """`rao config --explain` needs only the suite (for its suite_args), not a complete or valid
+    configuration: a difficulty the suite lacks or an engine without its needed settings is fine."""
+    from flows.cli import main
+
+    plugin = ["--set", "suite=examples.filecount.suite:FileCount", "--set", "rollout.difficulty=nope"]
+    assert main(["config", "--explain", "suite_args", *plugin]) == 0
+    assert "suite_args.tasks_per_difficulty = 200" in capsys.readouterr().out
+    assert main(["config", "--explain", "policy", "--set", "policy.kind=openai"]) == 0
+    assert "policy.base_url [policy.kind openai]" in capsys.readouterr().out
+    assert main(["config", "--explain", "suite_args", "--set", "suite=nope:Nope"]) == 2
+    assert capsys.readouterr().err.startswith("config error: suite: 'nope:Nope': cannot import nope")

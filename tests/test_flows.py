@@ -133,7 +133,8 @@ def test_train_flow_end_to_end(prefect_server, tmp_path):
     logs = asyncio.run(flow_run_logs(state.state_details.flow_run_id))
     for pattern in (
         r"round 1 rollout: 4 trees, \d+ nodes, root success [\d.]+, max depth \d+, "
-        r"infrastructure failures 0 trees \(0 nodes\), [\d.]+ s",
+        r"policy failures \d+ nodes( \([^)]*\))?, scorer failures 0 nodes, other infrastructure failures 0 "
+        r"nodes \(trees left out of training: 0\), [\d.]+ s",
         r"round 1 score: \d+ of \d+ nodes trained, 4 trees, \d+ of \d+ groups with spread; dropped trees by reason: ",
         r"round 1 train: loss -?[\d.]+, \d+ tokens \(\d+ action\), \d+ steps, mean ratio [\d.]+, "
         r"served weights changed [\d.]+%, [\d.]+% since v0 \(float32\), update/weight RMS [\d.e+-]+, [\d.]+ s",
@@ -160,10 +161,48 @@ def test_a_campaign_with_no_signal_stops_after_round_0(prefect_server, tmp_path,
     cfg = load_config(overrides=ov)
     assert rc == 1 and "stopped after round 0: v0 solves 0% of the held-out tasks" in err
     assert "Try: a warm start" in err and not cfg.layout.checkpoint_complete(1)
+    assert re.search(r"Round 0's \d+ nodes ended: (budget|loop|context_overflow|finished) \d+ \(", err), err
     assert "groups with spread (what RL learns from), per round: r0 0/2" in out
     assert "1 of 1 rounds trained nothing (round 0: no group of 2 has spread (2 all failed))" in out
     _, runs = mlflow_runs(cfg)
     assert [r.info.status for r in runs if "mlflow.parentRunId" not in r.data.tags] == ["FINISHED"]
+
+
+# A suite of the user's whose success() has the bug users write: a key that is not there.
+BROKEN_SCORER = """
+from usertasks_echo import EchoSuite, EchoEnv
+
+
+class TypoEnv(EchoEnv):
+    def success(self, finished, finish_message):
+        return float(self.targets()["wrod"] == finish_message)
+
+
+class Typo(EchoSuite):
+    def env(self, task):
+        return TypoEnv("say yes", "yes")
+"""
+
+
+def test_a_broken_scorer_stops_the_campaign_with_its_message(prefect_server, tmp_path, capsys, monkeypatch):
+    """The scorer failed at every node of round 0: the campaign stops there with the scorer's own
+    message (no advice about warm starts), exit status 1, and the round set aside for a rerun."""
+    from flows.cli import main
+    from tests.envs.test_suite_plugins import USER_SUITE
+
+    (tmp_path / "usertasks_echo.py").write_text(USER_SUITE)
+    (tmp_path / "brokenscorer.py").write_text(BROKEN_SCORER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sets = [f"runs_dir={tmp_path}", "suite=brokenscorer:Typo", "policy.model=tiny", "agent.max_steps=2",
+            "agent.max_new_tokens=12", "eval.num_tasks=1", "campaign.rounds=2"]  # fmt: skip
+    rc = main(["train", *(a for o in sets for a in ("--set", o))])
+    err = capsys.readouterr().err
+    assert rc == 1 and "stopped: the suite's scorer failed at 4 of 4 nodes of round 0, as at node" in err, err
+    assert "raised KeyError: 'wrod'" in err and "Try: a warm start" not in err
+    cfg = load_config(overrides=sets)
+    assert not cfg.layout.checkpoint_complete(1) and list(
+        (cfg.run_dir / "rollouts").glob(".scorer-failed-round=0-*")
+    )
 
 
 def test_control_arm_trains_beside_the_main_arm(prefect_server, tmp_path):

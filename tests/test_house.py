@@ -18,7 +18,7 @@ FLOORS = [
     ["rao_core.envs", "rao_core.judges"],
     ["rao_core.sampler", "rao_core.scoring", "rao_core.train", "rao_core.eval", "rao_core.tracking",
      "rao_core.query", "rao_core.memory", "rao_core.resume", "rao_core.runlock", "rao_core.doctor",
-     "rao_core.checkpoints"],
+     "rao_core.checkpoints", "rao_core.envs.checks"],
     ["rao_core.run"],
     ["rao_core.stages"],
     ["rao_core.campaign"],

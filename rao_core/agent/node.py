@@ -14,12 +14,13 @@ through its NodeContext (budgets, where its record goes); it never imports the t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
-import inspect
 import json
 import random
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,10 +30,36 @@ from rao_core.agent.executor import Executor, SandboxExecutors, is_async
 from rao_core.agent.parsing import ReplyFormat, parse_reply
 from rao_core.agent.prompts import ChatFraming, mask_addresses, system_prompt, truncate, user_prompt
 from rao_core.config import AgentConfig
-from rao_core.envs.base import Environment, ScorerError, scorer_name, success_value
+from rao_core.envs.base import Environment, ScorerError, score, scorer_name
 from rao_core.errors import EngineError, InfrastructureError, retrying
 from rao_core.policy import Generation, GenerationRequest, NodeState, Policy
 from rao_core.status import NodeStatus
+
+_SCORER_FAILURES_SAID: list[str] = []  # the first scorer failure of this process (one command)
+
+
+@contextlib.contextmanager
+def quiet_scorer_failures() -> Iterator[None]:
+    """For a caller that says the failure itself (`rao train --check` refuses it in one line)."""
+    said = list(_SCORER_FAILURES_SAID)
+    _SCORER_FAILURES_SAID.append("quiet")
+    try:
+        yield
+    finally:
+        _SCORER_FAILURES_SAID[:] = said
+
+
+def say_first_scorer_failure(node_id: str, why: str) -> None:
+    """A scorer bug is the suite's, and silent in the rows: the first of a command is said at once,
+    on one line (the round's line counts the rest; rao_core/campaign.py stops a campaign on them)."""
+    if not _SCORER_FAILURES_SAID:
+        _SCORER_FAILURES_SAID.append(why)
+        line = " ".join(why.split())
+        print(
+            f"scorer error, node {node_id}: {line} (the node fails as infra_error)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 @dataclass
@@ -260,9 +287,7 @@ class Node:
         rec.ended_at = time.time()
         judge_inputs = None
         try:
-            success = self.env.success(finished, rec.finish_message)
-            success = await success if inspect.isawaitable(success) else success
-            rec.success = success_value(success, scorer_name(self.env))
+            rec.success = await score(self.env, finished, rec.finish_message)
             judge_inputs = self.env.judge_inputs(finished, rec.finish_message)
         except Exception as e:
             rec.success = 0.0
@@ -272,6 +297,7 @@ class Node:
                 else f"{scorer_name(self.env)} raised {type(e).__name__}: {e}"
             )
             self._infra_failure(InfrastructureError(why, "scorer"))
+            say_first_scorer_failure(rec.node_id, why)
         rec.token_ids, rec.action_mask = self.conv.ids, self.conv.mask
         rec.logprobs = self.conv.stored_logprobs()
         rec.transcript = self.ctx.chat.tokenizer.decode(self.conv.ids)

@@ -37,6 +37,11 @@ class WarmStartConfig:
         "scripted or stronger policy) to learn from instead of the suite's expert; its token ids must "
         "be the model's tokenizer's",
     )
+    demonstrator: str = opt(
+        "",
+        "dataset suite: module:function(task: dict) -> the cells a node writes (text); its trees, run "
+        "in the sandbox with the run's tokenizer, are the warm start's data (docs/own-task.md, Route A)",
+    )
     recursive_episodes: Int = opt(2500, "expert trees in the recursive shape (several nodes each)", ge=0)
     flat_episodes: Int = opt(4000, "expert trees in the flat shape (one node each)", ge=0)
     recursive_tiers: Annotated[list[Annotated[Int, Field(ge=1, le=6)]], NumberList] = opt(

@@ -9,6 +9,7 @@ path (`suite: mypkg.tasks:MySuite`) or the `rao.suites` entry-point group. docs/
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 import random
@@ -31,6 +32,7 @@ SUITE_SPECIFIC = (
     "warmstart.give_up_rate",
     "warmstart.root_inline_rate",
     "policy.error_rate",
+    "warmstart.demonstrator",
 )
 
 
@@ -61,6 +63,20 @@ def scorer_name(env: Environment) -> str:
     """How an error names the environment's success(): its suite, else its class."""
     name = env.suite if env.suite != "base" else type(env).__qualname__
     return f"suite {name} ({type(env).__module__}.{type(env).__qualname__}.success)"
+
+
+async def score(env: Environment, finished: bool, finish_message: str) -> float:
+    """s(X) of a node from its environment's success() (awaited when async), under the reward
+    contract; a scorer that raises or breaks it raises ScorerError naming it (the node's end, and
+    `rao train --check`'s smoke test, score the same way)."""
+    try:
+        value = env.success(finished, finish_message)
+        value = await value if inspect.isawaitable(value) else value
+    except ScorerError:
+        raise
+    except Exception as e:
+        raise ScorerError(f"{scorer_name(env)} raised {type(e).__name__}: {e}") from e
+    return success_value(value, scorer_name(env))
 
 
 class Environment(ABC):
@@ -115,6 +131,23 @@ class Environment(ABC):
     def repl_variables(self) -> dict[str, Any]:
         """JSON values preset as variables in the node's REPL (for example `context`)."""
         return {}
+
+    def reference_answer(self) -> str | None:
+        """The finish message of a correct node, when the suite knows it (a dataset's `answer`):
+        `rao train --check` expects success(True, reference_answer()) to be 1. None: unknown."""
+        return None
+
+
+def profile_layers(cls: type[Suite]) -> list[dict]:
+    """A suite's `profile` as configuration layers: a mapping of settings, or a tuple of them."""
+    profile = cls.profile
+    layers = [profile] if isinstance(profile, dict) else profile
+    if not isinstance(layers, tuple | list) or not all(isinstance(x, dict) for x in layers):
+        raise ValueError(
+            f"{cls.__name__}.profile: expected a mapping of settings such as {{'agent': {{'max_steps': 8}}}} "
+            f"(or a tuple of them), got {type(profile).__name__}"
+        )
+    return list(layers)
 
 
 def select_tasks(tasks: list, split: str, difficulties: list[str], n: int, seed: int) -> list:
@@ -171,9 +204,10 @@ class Suite(ABC):
     difficulties: ClassVar[tuple[str, ...]] = ("easy", "medium", "hard", "extreme")
     # The model of `suite_args` (pydantic; forbid extra keys); None: the suite takes no arguments.
     Args: ClassVar[type[BaseModel] | None] = None
-    # Configuration defaults of the suite (YAML-shaped layers), applied under the user's YAML and
-    # --set: the agent profile and the settings a suite is meant to run with.
-    profile: ClassVar[tuple[dict, ...]] = ()
+    # Configuration defaults of the suite (a YAML-shaped mapping, or a tuple of them), applied over
+    # "every declared difficulty" and under the user's YAML and --set: the agent profile and the
+    # settings a suite is meant to run with.
+    profile: ClassVar[dict | tuple[dict, ...]] = ()
     # Which of the suite-specific settings its expert and demonstrator read (envs/checks.py:
     # SUITE_SPECIFIC, e.g. "warmstart.root_inline_rate"); `--check` warns about the others.
     reads: ClassVar[frozenset[str]] = frozenset()
@@ -190,8 +224,11 @@ class Suite(ABC):
 
     @classmethod
     def defaults(cls, args: Any) -> list[dict]:
-        """The configuration layers of this suite with these arguments (default: `profile`)."""
-        return list(cls.profile)
+        """The configuration layers of this suite with these arguments: roll out and evaluate every
+        difficulty it declares, then its `profile` (one mapping, or a tuple of them)."""
+        difficulties = list(cls.labels(args)[1])
+        every = {"rollout": {"difficulty": difficulties}, "eval": {"difficulty": difficulties}}
+        return [every, *profile_layers(cls)]
 
     @classmethod
     def check(cls, ctx: SuiteContext, args: Any) -> None:

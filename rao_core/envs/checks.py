@@ -1,24 +1,53 @@
 """What `rao train --check` (and every run, before its first stage's work) can see of the suite
 that plain value checks cannot: whether it has the scripted expert a setting needs, whether its
-task rows carry the labels it declares and hold enough tasks for the draws, and which settings do
-nothing for it. Each refusal is one line naming the key (docs/own-task.md, "Checked before any work").
+task rows carry the labels it declares and hold enough tasks for the draws, which settings do
+nothing for it, and (`--check` only) a smoke test of its scorer, in seconds:
+
+    a few tasks of each difficulty the run uses: success() of an unfinished node, of an empty
+      answer, and of the right answer where the suite knows it (a dataset's `answer` column)
+    one tree per difficulty by the suite's expert (or its demonstrator), scored as in a rollout
+
+A scorer bug found there costs nothing; found in a campaign it costs a round (rao_core/campaign.py).
+Each refusal is one line naming the key or the scorer (docs/own-task.md, "Checked before any work").
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from rao_core.config import EvalConfig, PolicyConfig, RolloutConfig, RunConfig, WarmStartConfig
-from rao_core.envs.base import SUITE_SPECIFIC, Suite
+from rao_core.agent.node import quiet_scorer_failures
+from rao_core.agent.prompts import ChatFraming
+from rao_core.agent.tree import TreeSpec
+from rao_core.config import (
+    AgentConfig,
+    EvalConfig,
+    PolicyConfig,
+    RolloutConfig,
+    RunConfig,
+    SandboxConfig,
+    ScriptedPolicy,
+    WarmStartConfig,
+)
+from rao_core.envs.base import SUITE_SPECIFIC, ScorerError, Suite, score
+from rao_core.envs.registry import SuiteError, import_object
+from rao_core.models.tokenizer import load_tokenizer
+from rao_core.policy import Policy
+from rao_core.sampler import Sampler
 
 
 class RunCheckError(ValueError):
     """A run that would fail later, refused now: one line naming the key."""
 
 
-def has_expert(cls: type[Suite]) -> bool:
-    """Does the suite write a scripted expert (its own `expert()` or `demonstrator()`)?"""
+def has_expert(cls: type[Suite], warmstart: WarmStartConfig) -> bool:
+    """Does the suite have a scripted expert to learn from: its own `expert()` or `demonstrator()`,
+    or, for a suite that reads warmstart.demonstrator (a dataset), that setting?"""
+    if "warmstart.demonstrator" in cls.reads:
+        return bool(warmstart.demonstrator) or cls.expert is not Suite.expert
     return cls.expert is not Suite.expert or cls.demonstrator is not Suite.demonstrator
 
 
@@ -33,11 +62,46 @@ def check_expert(cls: type[Suite], policy: PolicyConfig, warmstart: WarmStartCon
     demos = warmstart.demonstrations
     if demos and not Path(demos).exists():
         raise RunCheckError(f"warmstart.demonstrations: {demos!r}: no such file or folder")
-    if policy.model == "warmstart" and not demos and not has_expert(cls):
+    if warmstart.demonstrator and "warmstart.demonstrator" in cls.reads:
+        try:
+            import_object(warmstart.demonstrator, "warmstart.demonstrator")
+        except SuiteError as e:
+            raise RunCheckError(str(e)) from None
+    if policy.model == "warmstart" and not demos and not has_expert(cls, warmstart):
+        more = (
+            " or warmstart.demonstrator (a function of yours)"
+            if "warmstart.demonstrator" in cls.reads
+            else ""
+        )
         raise RunCheckError(
             f"policy.model: 'warmstart': {name} has no scripted expert to learn from; set "
-            "warmstart.demonstrations (a Parquet file or folder of trees) or write expert() (docs/own-task.md)"
+            f"warmstart.demonstrations (a Parquet file or folder of trees){more} or write expert() (docs/own-task.md)"
         )
+
+
+def model_warnings(cls: type[Suite], policy: PolicyConfig, warmstart: WarmStartConfig) -> list[str]:
+    """The shipped checkpoints are tiny TextCraft policies: for another suite, without a warm start,
+    version 0 calls TextCraft's tools and solves nothing (each node ends in a loop or out of context).
+    A warning naming the two ways out."""
+    from rao_core.envs.suites import TextCraftData, TextCraftSmallData
+    from rao_core.models.locate import is_shipped
+
+    if issubclass(cls, TextCraftData | TextCraftSmallData) or policy.kind not in ("hf", "vllm"):
+        return []
+    if not is_shipped(policy.model):
+        return []
+    if "warmstart.demonstrator" in cls.reads:
+        warm = "a warm start from a demonstrator of yours (policy.model=warmstart, warmstart.demonstrator=module:function)"
+    elif has_expert(cls, warmstart):
+        warm = "a warm start from the suite's expert (policy.model=warmstart)"
+    else:
+        warm = "a warm start from demonstration trees (policy.model=warmstart, warmstart.demonstrations)"
+    return [
+        f"warning: policy.model: {policy.model!r} is a tiny TextCraft policy: it calls TextCraft's tools, not "
+        f"those of suite {cls.__name__}, and will solve none of its tasks. Two ways out: {warm} on this "
+        "machine, or a general instruction model on a GPU (policy.model=Org/Name, docs/scale-out.md); "
+        "docs/own-task.md"
+    ]
 
 
 def unused_settings(cls: type[Suite], policy: PolicyConfig, warmstart: WarmStartConfig) -> list[str]:
@@ -108,11 +172,89 @@ def _default(sections: dict[str, Any], key: str) -> bool:
     )
 
 
+# -- the smoke test of the scorer (--check) ------------------------------------------------------
+PER_DIFFICULTY = 3  # tasks probed per difficulty
+TREE_SECONDS = 60.0  # an expert tree's wall clock here
+
+
+def sample_tasks(suite: Suite, difficulties: list[str]) -> dict[str, list[Any]]:
+    """The first few tasks of each difficulty (training split first, then held-out)."""
+    pool = [*suite.tasks(suite.ctx.train_split), *suite.tasks(suite.ctx.eval_split)]
+    return {d: [t for t in pool if t.difficulty == d][:PER_DIFFICULTY] for d in difficulties}
+
+
+async def _probe(suite: Suite, tasks: dict[str, list[Any]]) -> list[tuple[str, str, float]]:
+    """Score each task's root as unfinished and with an empty answer (a scorer must score any
+    answer); returns (task id, reference answer, its score) where the environment knows one."""
+    known = []
+    for d, some in tasks.items():
+        for task in some:
+            env = suite.env(task)
+            try:
+                await score(env, False, "")
+                await score(env, True, "")
+                if (ref := env.reference_answer()) is not None:
+                    known.append((task.task_id, ref, await score(env, True, ref)))
+            except ScorerError as e:
+                raise RunCheckError(f"task {task.task_id} ({d}): {e}") from None
+    return known
+
+
+def expert_trees(
+    suite: Suite, expert: Policy, tasks: dict[str, list[Any]], agent: AgentConfig, sandbox: SandboxConfig,
+    tokenizer: str,
+) -> list[str]:  # fmt: skip
+    """One expert tree per difficulty, run and scored as in a rollout; warnings (RunCheckError for a
+    scorer that broke the contract at any node)."""
+    name = type(suite).__name__
+    specs = [TreeSpec(some[0].task_id, 0, suite.env(some[0]), d) for d, some in tasks.items() if some]
+    agent = dataclasses.replace(agent, tree_timeout_s=min(agent.tree_timeout_s, TREE_SECONDS))
+    chat = ChatFraming(load_tokenizer("tiny" if tokenizer == "auto" else tokenizer))
+    with quiet_scorer_failures():  # refused below, in one line
+        runs = Sampler(expert, chat, agent, sandbox, None, 1.0, len(specs)).run(specs)
+    for run in runs:
+        for r in run.records:
+            if r.status == "infra_error":  # the scorer's, or the expert's own bug
+                why = r.finish_message.removeprefix("scorer: ").replace("engine: ", "the expert raised ", 1)
+                raise RunCheckError(
+                    f"the expert's tree of {run.spec.task_id} ({name}), node {r.node_id}: {why}"
+                )
+    roots = {run.spec.difficulty: next(r for r in run.records if r.parent_id is None) for run in runs}
+    if roots and all(r.success == 0 for r in roots.values()):
+        ended = Counter(r.status for r in roots.values())
+        return [
+            f"warning: suite {name}: its expert's trees score 0 at every difficulty ({', '.join(roots)}; the "
+            f"roots ended: {', '.join(f'{k} {v}' for k, v in sorted(ended.items()))}): is success() right, and "
+            "does agent.max_steps leave the expert the turns it needs? (docs/own-task.md)"
+        ]
+    return []
+
+
+def smoke_test(
+    suite: Suite, difficulties: list[str], expert: Policy | None, agent: AgentConfig, sandbox: SandboxConfig,
+    tokenizer: str = "auto",
+) -> list[str]:  # fmt: skip
+    """The whole smoke test (module docstring); returns warnings, raises RunCheckError."""
+    tasks = sample_tasks(suite, difficulties)
+    known = asyncio.run(_probe(suite, tasks))
+    warnings = []
+    below = [(t, ref, s) for t, ref, s in known if s < 1]
+    if below:
+        t, ref, s = below[0]
+        warnings.append(
+            f"warning: suite {type(suite).__name__}: right answers score below 1 at {len(below)} of {len(known)} "
+            f"tasks tried, e.g. {t}: finish({ref!r}) scored {s:g}: is the verifier right?"
+        )
+    if expert is not None:
+        warnings += expert_trees(suite, expert, tasks, agent, sandbox, tokenizer)
+    return warnings
+
+
 def check_run(cfg: RunConfig, synthesize: bool = True) -> list[str]:
     """Every check above for a configuration. The suite's tasks come from the run's data folder;
-    when it has none yet, `synthesize` (`--check`: strict about task counts too) writes them into a
-    temporary folder (seconds for every shipped suite) that is removed after; else the synthesize
-    stage checks them. Returns the warnings; raises RunCheckError."""
+    when it has none yet, `synthesize` (`--check`: strict about task counts, and the smoke test of
+    the scorer) writes them into a temporary folder (seconds for every shipped suite) that is
+    removed after; else the synthesize stage checks them. Returns the warnings; raises RunCheckError."""
     import tempfile
 
     from rao_core.envs.suites import make_suite, open_suite
@@ -120,10 +262,22 @@ def check_run(cfg: RunConfig, synthesize: bool = True) -> list[str]:
     suite = make_suite(cfg)
     check_expert(type(suite), cfg.policy, cfg.warmstart)
     warnings = unused_settings(type(suite), cfg.policy, cfg.warmstart)
+    warnings += model_warnings(type(suite), cfg.policy, cfg.warmstart)
+
+    def tasks_and_scorer(suite: Suite) -> list[str]:
+        out = check_tasks(suite, cfg.rollout, cfg.eval, strict=synthesize)
+        if synthesize:  # the expert without slips, on this suite object of the check's own
+            suite.ctx = dataclasses.replace(suite.ctx, policy=ScriptedPolicy(error_rate=0.0))
+            expert = suite.expert()
+            expert = suite.demonstrator(cfg.warmstart) if expert is None else expert
+            used = list(dict.fromkeys([*cfg.rollout.difficulty, *cfg.eval.difficulty]))
+            out += smoke_test(suite, used, expert, cfg.agent, cfg.sandbox, cfg.policy.tokenizer)
+        return out
+
     run_data = cfg.layout.data(cfg.suite)
     if all((run_data / f).is_file() for f in suite.files):
-        warnings += check_tasks(open_suite(cfg, run_data), cfg.rollout, cfg.eval, strict=synthesize)
+        warnings += tasks_and_scorer(open_suite(cfg, run_data))
     elif synthesize:
         with tempfile.TemporaryDirectory(prefix="rao-check-") as tmp:
-            warnings += check_tasks(open_suite(cfg, Path(tmp)), cfg.rollout, cfg.eval)
+            warnings += tasks_and_scorer(open_suite(cfg, Path(tmp)))
     return warnings

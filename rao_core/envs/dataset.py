@@ -194,6 +194,10 @@ class DatasetEnv(Environment):
     def context_chars(self) -> int:
         return len(self.context or "")
 
+    def reference_answer(self) -> str | None:
+        """The row's `answer` as a root would finish with it (`finish(answer)` sends str(answer))."""
+        return None if self.task is None or self.task.answer is None else str(self.task.answer)
+
     def repl_variables(self) -> dict[str, Any]:
         return {} if self.context is None else {"context": self.context}
 
@@ -214,6 +218,7 @@ class DatasetSuite(Suite):
 
     files = ("tasks.parquet",)
     Args = DatasetArgs
+    reads = frozenset({"warmstart.demonstrator"})
 
     @classmethod
     def labels(cls, args: DatasetArgs) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -267,3 +272,14 @@ class DatasetSuite(Suite):
 
     def env(self, task: DatasetTask) -> DatasetEnv:
         return DatasetEnv(task, task.goal, task.context, self.verifier)
+
+    def demonstrator(self, ws: Any) -> Any:
+        """The user's demonstrator (warmstart.demonstrator) as a scripted policy; None without one."""
+        if not ws.demonstrator:
+            return None
+        from rao_core.envs.demonstrator import CellsDemonstrator
+
+        fn = import_object(ws.demonstrator, "warmstart.demonstrator")
+        if not callable(fn):
+            raise ValueError(f"warmstart.demonstrator: {ws.demonstrator!r}: not a function")
+        return CellsDemonstrator(fn, ws.demonstrator, self.ctx.agent.reply_format)

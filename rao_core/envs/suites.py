@@ -74,7 +74,9 @@ class TextCraftSmallData(Suite):
     """TextCraft-Synth, small-model profile: a fresh tiny world per task, one-name actions."""
 
     Args = SmallArgs
-    reads = frozenset(SUITE_SPECIFIC)
+    reads = frozenset(SUITE_SPECIFIC) - {"warmstart.demonstrator"}
+    # the main job's draws (the configuration's defaults), not every difficulty the suite declares
+    profile = ({"rollout": {"difficulty": ["hard"]}, "eval": {"difficulty": ["medium", "hard"]}},)
 
     def synthesize(self, out: Path) -> None:
         from rao_core.envs.textcraft.small import make_small_tasks, write_small_tasks

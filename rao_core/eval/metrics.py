@@ -110,6 +110,7 @@ def summarize(table: pa.Table) -> dict:
         by_depth.setdefault(r["depth"], []).append(r["success"])
     span = max(r["ended_at"] for r in rows) - min(r["started_at"] for r in rows) if rows else 0.0
     infra = [r for r in rows if r["status"] == "infra_error"]
+    unsolved = [r for r in rows if r["status"] != "infra_error" and r["success"] < 1]
     return {
         "trees": len(roots),
         "nodes": len(rows),
@@ -117,6 +118,8 @@ def summarize(table: pa.Table) -> dict:
         # of those, nodes whose scorer broke the reward contract (envs/base.py success_value)
         "scorer_failed_nodes": sum(r["finish_message"].startswith("scorer:") for r in infra),
         "infra_failed_trees": len({r["tree_id"] for r in rows if r["tree_status"] == "infra_error"}),
+        # the policy's failures, by how the node ended ("finished": it answered, and scored below 1)
+        "policy_failed_nodes": dict(Counter(r["status"] for r in unsolved)),
         "root_success": sum(r["success"] for r in roots) / max(1, len(roots)),
         "nodes_per_tree": len(rows) / max(1, len(roots)),
         "max_depth": max((r["depth"] for r in rows), default=0),
@@ -126,6 +129,19 @@ def summarize(table: pa.Table) -> dict:
         "node_turns": sum(r["turns"] for r in rows),
         "wall_seconds": span,
     }
+
+
+def scorer_failures(dest: Path) -> tuple[int, int, str]:
+    """(nodes whose scorer broke the reward contract, nodes, the first such node and its message)
+    of a complete partition (envs/base.py success_value; `scorer:` is its failure kind)."""
+    rows = read_partition(dest, "nodes").select(["node_id", "status", "finish_message"]).to_pylist()
+    failed = [r for r in rows if r["status"] == "infra_error" and r["finish_message"].startswith("scorer:")]
+    first = (
+        f"node {failed[0]['node_id']}: {failed[0]['finish_message'].removeprefix('scorer: ')}"
+        if failed
+        else ""
+    )
+    return len(failed), len(rows), first
 
 
 def load_round(layout: RunLayout, round_: int) -> pa.Table:

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
@@ -109,6 +109,8 @@ def load_tokenizer(name: str | Path) -> PreTrainedTokenizerBase:
     downloaded); it must have a chat template, which frames every node's conversation."""
     if str(name) == "tiny":
         return tiny_tokenizer()
+    from transformers import AutoTokenizer  # 3-4 s of imports: not for the tiny one (`--check`)
+
     from rao_core.models.locate import local_model
 
     tok = AutoTokenizer.from_pretrained(str(local_model(str(name))), local_files_only=True)

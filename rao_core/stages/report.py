@@ -22,15 +22,20 @@ def rollout_line(run: Run, round_: int) -> str:
     seconds = read_meta(run.layout.rollouts(round_)).get("seconds", 0.0)
     return (
         f"{run.name} round {round_} rollout: {s['trees']} trees, {s['nodes']} nodes, root success "
-        f"{s['root_success']:.3f}, max depth {s['max_depth']}, infrastructure failures "
-        f"{s['infra_failed_trees']} trees ({s['infra_failed_nodes']} nodes"
-        + (
-            f", {s['scorer_failed_nodes']} of them scored outside [0, 1] or raising"
-            if s["scorer_failed_nodes"]
-            else ""
-        )
-        + f"), {seconds:.1f} s"
+        f"{s['root_success']:.3f}, max depth {s['max_depth']}, {failure_counts(s)}, {seconds:.1f} s"
     )
+
+
+def failure_counts(s: dict[str, Any]) -> str:
+    """The policy's failures (by how its nodes ended) apart from the scorer's and the machine's."""
+    policy = s["policy_failed_nodes"]
+    how = ", ".join(f"{'finished below 1' if k == 'finished' else k} {v}" for k, v in sorted(policy.items()))
+    return (
+        f"policy failures {sum(policy.values())} nodes" + (f" ({how})" if how else "")
+        + f", scorer failures {s['scorer_failed_nodes']} nodes, other infrastructure failures "
+        f"{s['infra_failed_nodes'] - s['scorer_failed_nodes']} nodes (trees left out of training: "
+        f"{s['infra_failed_trees']})"
+    )  # fmt: skip
 
 
 def score_line(run: Run, round_: int) -> str:

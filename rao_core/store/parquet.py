@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 import uuid
 from pathlib import Path
 
@@ -115,6 +116,17 @@ def seal_partition(dest: str | Path, parts: list[str], meta: dict | None = None)
     os.replace(tmp, dest / MARKER)
     _fsync_dir(dest)
     return dest
+
+
+def set_aside(dest: str | Path, why: str) -> Path:
+    """Move a complete partition out of every reader's way (a hidden `.<why>-<name>-<time>` folder
+    beside it, which no glob of the views matches), so that the stage writes it again; returns
+    where it went. For a partition whose rows are known to be wrong (a broken scorer's)."""
+    dest = Path(dest)
+    aside = dest.parent / f".{why}-{dest.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+    os.rename(dest, aside)
+    _fsync_dir(dest.parent)
+    return aside
 
 
 def clean_temporaries(parent: str | Path, name: str | None = None) -> int:

@@ -4,7 +4,7 @@ through the real runtime, or a Parquet of trees in the nodes schema (warmstart.d
 model is a fresh tiny one with our tokenizer, or a checkpoint of yours (warmstart.init_model) with
 its own tokenizer and chat template. docs/small-profile.md (the tiny model), docs/own-task.md.
 
-  demonstration trees (recursive and flat shapes)
+  demonstration trees (recursive and flat shapes; rao_core/train/demonstrations.py)
   -> one SFT example per successful node (its token ids; loss on its own action tokens only)
   -> stage 0 (fresh tiny model only): a copy drill (see copy_drill)
   -> TRL's SFTTrainer on a wall-clock budget -> checkpoint
@@ -18,14 +18,12 @@ the batch, so each example costs only its own tokens. The loss is the same token
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 import shutil
 import string
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -37,128 +35,15 @@ from transformers import TrainerCallback
 from trl import SFTConfig, SFTTrainer
 
 from rao_core.agent.prompts import ChatFraming
-from rao_core.agent.tree import TreeRun, TreeSpec
+from rao_core.agent.tree import TreeSpec
 from rao_core.checkpoints import initial_model
-from rao_core.config import AgentConfig, WarmStartConfig
+from rao_core.config import WarmStartConfig
 from rao_core.envs.base import Suite
 from rao_core.eval.metrics import wilson_interval
 from rao_core.models.tiny import build_tiny_model, load_checkpoint, save_checkpoint
 from rao_core.models.tokenizer import load_tokenizer, tiny_tokenizer
-from rao_core.policy import Policy
-from rao_core.sampler import Sampler
 from rao_core.store.files import write_json, write_text
-
-MODES = {"recursive": "recursive", "flat": "single"}  # report name -> AgentConfig.mode
-
-
-def agent_config(suite: Suite, mode: str, context: int) -> AgentConfig:
-    """The run's agent budgets (agent.*) in the given shape, at the warm start's context."""
-    return dataclasses.replace(suite.ctx.agent, mode=MODES[mode], max_context_tokens=context)
-
-
-def run_modes(
-    jobs: list[tuple[str, TreeSpec]], suite: Suite, policy: Policy, chat: ChatFraming, context: int,
-    concurrency: int, temperature: float, on_done: Callable[[TreeRun], None] | None = None,
-) -> list[tuple[str, TreeRun]]:  # fmt: skip
-    """(mode, tree) jobs through the Sampler, each tree with its mode's budgets; the policy is closed after."""
-    mode_of = {id(spec): mode for mode, spec in jobs}
-    agent = lambda spec: agent_config(suite, mode_of[id(spec)], context)  # noqa: E731
-    sampler = Sampler(policy, chat, agent, suite.ctx.sandbox, None, temperature, concurrency)
-    runs = sampler.run([spec for _, spec in jobs], on_tree_done=on_done)
-    return [(mode_of[id(run.spec)], run) for run in runs]
-
-
-# --- data ---------------------------------------------------------------------------------------
-def expert_examples(cfg: WarmStartConfig, chat: ChatFraming, suite: Suite) -> list[dict]:
-    """One example per successful node of the suite's expert trees (warmstart.*_episodes of each
-    shape); the expert's slips (`mistakes`: node id -> turns) are masked out of the loss."""
-    expert = suite.demonstrator(cfg)
-    if expert is None:
-        raise ValueError(
-            f"warmstart.demonstrations: suite {suite.ctx.suite} has no scripted expert: give a Parquet of "
-            "demonstration trees (the nodes schema, e.g. a rollout folder)"
-        )
-    rng = random.Random(f"warmstart:{cfg.seed}")
-    jobs = []
-    for mode, n in (("recursive", cfg.recursive_episodes), ("flat", cfg.flat_episodes)):
-        for i, task in enumerate(suite.demonstration_tasks(cfg, mode, n, rng)):
-            jobs.append((mode, TreeSpec(f"ws-{mode}-{i}", 0, suite.env(task), task.difficulty)))
-    runs = run_modes(jobs, suite, expert, chat, cfg.context, cfg.max_concurrent_trees, 1.0)
-    mistakes = getattr(expert, "mistakes", {})
-    rows = []
-    for mode, run in runs:
-        for r in run.records:
-            if r.success < 1 or len(r.token_ids) > cfg.context:
-                continue
-            mask, slips, turn, prev = list(r.action_mask), mistakes.get(r.node_id, set()), -1, 0
-            for i, m in enumerate(r.action_mask):
-                turn += m and not prev  # a run of action tokens is one turn
-                prev = m
-                if m and turn in slips:
-                    mask[i] = 0
-            rows.append(example(r.token_ids, mask, mode, r.depth))
-    warn_long_replies([r for _, run in runs for r in run.records], suite.ctx.agent.max_new_tokens)
-    return rows
-
-
-def reply_lengths(action_mask: list[int]) -> list[int]:
-    """The length of each reply in a node's tokens (each run of action tokens is one reply)."""
-    lengths, run = [], 0
-    for m in [*action_mask, 0]:
-        if m:
-            run += 1
-        elif run:
-            lengths, run = [*lengths, run], 0
-    return lengths
-
-
-def warn_long_replies(records: list, max_new_tokens: int) -> str | None:
-    """The expert writes whole cells, but a model samples at most agent.max_new_tokens a turn: a
-    model trained on longer cells is cut mid-cell at rollout. Says so (log and return), or None."""
-    lengths = [n for r in records for n in reply_lengths(r.action_mask)]
-    long = [n for n in lengths if n > max_new_tokens]
-    if not long:
-        return None
-    line = (
-        f"warm start: {len(long)} of {len(lengths)} expert replies are longer than agent.max_new_tokens="
-        f"{max_new_tokens} (the longest: {max(long)} tokens); a model trained on them is cut mid-cell at "
-        f"rollout: raise agent.max_new_tokens to at least {max(long)} (docs/own-task.md, 'Sizing your task')"
-    )
-    print(f"WARNING: {line}", flush=True)
-    return line
-
-
-def example(token_ids: list[int], mask: list[int], mode: str, depth: int) -> dict:
-    return {"input_ids": list(token_ids), "assistant_masks": list(mask), "mode": mode, "depth": depth,
-            "bucket": (mode == "recursive") * 1_000_000 + len(token_ids)}  # fmt: skip
-
-
-def demonstration_examples(cfg: WarmStartConfig, vocab_size: int) -> list[dict]:
-    """One example per successful node of a Parquet of trees in the nodes schema (a file, or a
-    folder of them such as <run>/rollouts/round=0): its token ids must be the model's tokenizer's."""
-    import pyarrow.dataset as ds
-
-    source = Path(cfg.demonstrations)
-    if not source.exists():
-        raise ValueError(f"warmstart.demonstrations: {cfg.demonstrations!r}: no such file or folder")
-    columns = ["token_ids", "action_mask", "success", "depth", "mode"]
-    table = ds.dataset(source, format="parquet").to_table(columns=columns)
-    rows = []
-    for r in table.to_pylist():
-        if r["success"] < 1 or len(r["token_ids"]) > cfg.context:
-            continue
-        if max(r["token_ids"], default=0) >= vocab_size:
-            raise ValueError(
-                f"warmstart.demonstrations: token id {max(r['token_ids'])} >= the tokenizer's {vocab_size}: "
-                "the trees were tokenized by another tokenizer (set policy.tokenizer when rolling them out)"
-            )
-        mode = "flat" if r["mode"] == "single" else "recursive"
-        rows.append(example(r["token_ids"], r["action_mask"], mode, r["depth"]))
-    if not rows:
-        raise ValueError(
-            f"warmstart.demonstrations: {cfg.demonstrations!r}: no successful node to learn from"
-        )
-    return rows
+from rao_core.train.demonstrations import MODES, demonstration_examples, expert_examples, run_modes
 
 
 # --- training -----------------------------------------------------------------------------------
@@ -386,16 +271,20 @@ def warm_start(
     init = initial_model(cfg.init_model, out) if cfg.init_model else None
     tok = load_tokenizer(str(init)) if init else tiny_tokenizer()
     t0 = time.time()
-    data_path = out / "sft.jsonl"
+    data_path, trees_path = out / "sft.jsonl", out / "trees.json"
     if data_path.is_file():
         rows = [json.loads(line) for line in data_path.read_text().splitlines()]
     else:
+        trees = {"examples": 0}
         if cfg.demonstrations:
             rows = demonstration_examples(cfg, len(tok))
         else:
-            rows = expert_examples(cfg, ChatFraming(tok, suite.ctx.policy.chat_template_kwargs), suite)
+            chat = ChatFraming(tok, suite.ctx.policy.chat_template_kwargs)
+            rows, trees = expert_examples(cfg, chat, suite)
+        write_json(trees_path, trees)
         write_text(data_path, "".join(json.dumps(r) + "\n" for r in rows))
-    data = {"examples": len(rows), "data_seconds": round(time.time() - t0, 1),
+    trees = json.loads(trees_path.read_text()) if trees_path.is_file() else {}
+    data = {"examples": len(rows), "trees": trees, "data_seconds": round(time.time() - t0, 1),
             "by_mode": {m: sum(r["mode"] == m for r in rows) for m in MODES},
             "tokens": sum(len(r["input_ids"]) for r in rows),
             "action_tokens": sum(sum(r["assistant_masks"]) for r in rows)}  # fmt: skip
@@ -421,9 +310,41 @@ def warm_start(
     shutil.rmtree(out / "trainer", ignore_errors=True)
     metrics: dict[str, Any] = {"config": asdict(cfg), "parameters": params, "data": data, "train": train}
     if cfg.eval_tasks > 0:
-        return evaluate_warm_start(cfg, out, suite, progress, metrics)
-    write_json(out / "metrics.json", metrics)
+        metrics = evaluate_warm_start(cfg, out, suite, progress, metrics)
+    else:
+        write_json(out / "metrics.json", metrics)
+    if not progress:  # `rao warmstart` (progress) prints it last, under its tables
+        print(summary_line(cfg, metrics), flush=True)
     return metrics
+
+
+def summary_line(cfg: WarmStartConfig, metrics: dict[str, Any]) -> str:
+    """The warm start in one line: its data, its training and its held-out success."""
+    data, train, trees = metrics["data"], metrics["train"], metrics["data"].get("trees", {})
+    made = (
+        f"{trees['made']} demonstration trees, {trees['kept']} kept ({data['examples']} nodes to learn from), "
+        f"{trees['dropped']} dropped (roots that ended: {trees['dropped_by']})"
+        if "made" in trees
+        else f"{data['examples']} demonstration nodes from {cfg.demonstrations}"
+    )
+    loss = f", final loss {train['final_loss']:.3f}" if train.get("final_loss") is not None else ""
+    ev = metrics.get("eval")
+    if ev is None:
+        held = (
+            "held-out success not measured here (warmstart.eval_tasks=0: the campaign's v0 evaluation is it)"
+        )
+    else:
+        cells = {m: [c for c in by.values()] for m, by in ev["success"].items()}
+        rate = {
+            m: sum(c["rate"] * c["n"] for c in cs) / max(1, sum(c["n"] for c in cs))
+            for m, cs in cells.items()
+        }
+        held = "held-out success " + ", ".join(
+            f"{m} {r:.0%} (n={sum(c['n'] for c in cells[m])})" for m, r in rate.items()
+        )
+    return (
+        f"warm start: {made}; {train['steps']} steps in {train['train_seconds'] / 60:.1f} min{loss}; {held}"
+    )
 
 
 def evaluate_warm_start(

@@ -19,7 +19,7 @@ from typing import Any
 
 from rao_core.config import RunConfig
 from rao_core.envs.suites import open_suite
-from rao_core.train.warmstart import evaluate_warm_start, warm_start
+from rao_core.train.warmstart import evaluate_warm_start, summary_line, warm_start
 
 
 class _Tee:
@@ -58,6 +58,7 @@ def run_warmstart(
         print(json.dumps({k: v for k, v in metrics.items() if k not in ("config", "eval")}, indent=1))
         if "eval" in metrics:
             print(format_table(metrics["eval"]))
+        print(summary_line(cfg, metrics), flush=True)
     if ship_to is not None:
         ship(out, ship_to, command)
     return metrics

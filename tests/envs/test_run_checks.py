@@ -72,7 +72,7 @@ def test_check_passes_with_demonstrations_and_warns_about_settings_the_suite_ign
     rc, err = check(
         tmp_path, capsys, "suite=examples.filecount.suite:FileCount", "warmstart.root_inline_rate=0.3"
     )
-    assert rc == 0 and "warning" not in err  # FileCount's demonstrator reads it (Suite.reads)
+    assert rc == 0 and "does nothing" not in err  # FileCount's demonstrator reads it (Suite.reads)
 
 
 def test_the_synthesize_stage_checks_the_rows_it_wrote(user_pkg, tmp_path):

@@ -210,3 +210,20 @@ def test_no_suite_is_special_cased_in_the_config():
     for path in (ROOT / "rao_core" / "config").glob("*.py"):
         code = textwrap.dedent(path.read_text())
         assert "SUITE_DEFAULTS" not in code and '"oolong":' not in code, path
+
+
+def test_a_profile_may_be_one_mapping_and_difficulties_default_to_the_declared_ones(user_pkg, tmp_path):
+    """`profile = {...}` (the natural spelling) is one layer; a suite that sets no difficulty rolls
+    out and evaluates every difficulty it declares; a profile of another shape is one line."""
+    (user_pkg / "usertasks" / "plain.py").write_text(
+        "from usertasks.echo import EchoSuite\n\n"
+        "class Mapping(EchoSuite):\n"
+        "    profile = {'agent': {'max_steps': 5}, 'rollout': {'split': 'fit'}, 'eval': {'split': 'holdout'}}\n\n"
+        "class Wrong(EchoSuite):\n"
+        "    profile = 'agent.max_steps=5'\n"
+    )
+    cfg = load_config(overrides=[f"runs_dir={tmp_path}", "suite=usertasks.plain:Mapping"])
+    assert cfg.agent.max_steps == 5 and cfg.rollout.difficulty == cfg.eval.difficulty == ["small", "big"]
+    assert load_config(overrides=["suite=textcraft-small"]).rollout.difficulty == ["hard"]  # the main job's
+    with pytest.raises(ConfigError, match=r"^Wrong.profile: expected a mapping of settings .* got str$"):
+        load_config(overrides=["suite=usertasks.plain:Wrong"])

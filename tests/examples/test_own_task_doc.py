@@ -3,12 +3,15 @@ in a fresh folder (a dataset, a verifier function, no class)."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "own-task.md"
@@ -19,25 +22,56 @@ def page_files() -> dict[str, str]:
     return dict(re.findall(r"<!-- file: (\S+) -->\n```\w*\n(.*?)```", PAGE.read_text(), re.S))
 
 
-def test_the_dataset_route_runs_as_written(tmp_path):
-    files = {k: v for k, v in page_files().items() if k in ("make_questions.py", "verify.py", "run.yaml")}
-    assert len(files) == 3
+def route_a(tmp_path) -> callable:
+    """Route A's files in tmp_path, its questions made; returns a runner of `rao` there."""
+    names = ("make_questions.py", "verify.py", "demo.py", "run.yaml")
+    files = {k: v for k, v in page_files().items() if k in names}
+    assert len(files) == len(names)
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     bin_ = Path(sys.executable).parent
-    run = lambda *cmd: subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)  # noqa: E731
-    made = run(bin_ / "python", "make_questions.py")
+    made = subprocess.run(
+        [bin_ / "python", "make_questions.py"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert made.returncode == 0, made.stderr
-    check = run(bin_ / "rao", "train", "--check", "--config", "run.yaml")
-    assert check.returncode == 0, check.stderr
-    rollout = run(bin_ / "rao", "rollout", "--config", "run.yaml", "--set", "rollout.num_tasks=2",
-                  "--set", "rollout.group_size=2")  # fmt: skip
-    assert rollout.returncode == 0, rollout.stderr[-2000:]
-    nodes = pq.read_table(tmp_path / "runs" / "apples" / "rollouts" / "round=0").to_pylist()
-    roots = [n for n in nodes if n["depth"] == 0]
-    assert len(roots) == 4 and {n["difficulty"] for n in roots} <= {"short", "long"}
-    assert all(n["success_source"] == "verifier" and 0.0 <= n["success"] <= 1.0 for n in roots)
-    assert all("apple" in n["goal"] for n in roots) and all("context" in n["transcript"] for n in roots)
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / ".prefect")}  # a campaign's own Prefect
+    return lambda *args, timeout=600: subprocess.run(
+        [bin_ / "rao", *args], cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def test_the_dataset_route_runs_as_written(tmp_path):
+    """--check tries the verifier on the rows' own answers and one demonstrator tree per difficulty;
+    the warm start turns the demonstrator's cells into trees that succeed and says so in one line."""
+    rao = route_a(tmp_path)
+    check = rao("train", "--check", "--config", "run.yaml")
+    assert check.returncode == 0 and "warning" not in check.stderr, check.stderr
+    ws = rao("warmstart", "--config", "run.yaml", "--out", "ws", "--set", "warmstart.recursive_episodes=4",
+             "--set", "warmstart.flat_episodes=2", "--set", "warmstart.max_steps=2")  # fmt: skip
+    assert ws.returncode == 0, ws.stderr[-2000:]
+    assert re.match(
+        r"warm start: 6 demonstration trees, 6 kept \(\d+ nodes to learn from\), 0 dropped \(roots that ended: "
+        r"none\); 2 steps in",
+        ws.stdout.strip().splitlines()[-1],
+    ), ws.stdout[-1000:]
+    rows = [json.loads(line) for line in (tmp_path / "ws" / "sft.jsonl").read_text().splitlines()]
+    assert rows and {r["depth"] for r in rows} <= {0, 1}  # roots, and the sub-agents of long questions
+
+
+@pytest.mark.slow  # 80 s on 2 cores: a warm start of 30 steps, v0, one RL round, v1 (Prefect, MLflow)
+def test_the_dataset_route_trains_on_cpu(tmp_path):
+    """`rao train --config run.yaml` on a small budget: the warm start from the demonstrator is v0,
+    one RL round trains v1, and both are evaluated on held-out questions."""
+    rao = route_a(tmp_path)
+    small = ["warmstart.recursive_episodes=20", "warmstart.flat_episodes=10", "warmstart.max_steps=30",
+             "campaign.rounds=1", "eval.num_tasks=4", "rollout.num_tasks=2", "rollout.group_size=4",
+             "scoring.zero_advantage_groups=keep"]  # fmt: skip
+    done = rao("train", "--config", "run.yaml", *(a for o in small for a in ("--set", o)), timeout=1500)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = tmp_path / "runs" / "apples"
+    assert (run / "checkpoints" / "warmstart" / "model").is_dir()
+    assert all((run / "eval" / f"version={v}" / "_COMPLETE").is_file() for v in (0, 1))
+    assert "warm start: 30 demonstration trees" in done.stdout + done.stderr
 
 
 def test_the_suite_route_runs_as_written(tmp_path):

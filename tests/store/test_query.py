@@ -134,3 +134,19 @@ def test_shipped_query_files_are_found_from_any_folder(tmp_path, monkeypatch):
     assert read_query_file("mine.sql") == "SELECT 1"
     with pytest.raises(QueryError, match="no such file here"):
         read_query_file("sql/reports/nope.sql")
+
+
+def test_rao_sql_finds_the_run_of_a_config_and_prints_whole_values(run_dir, tmp_path, capsys):
+    """`rao sql --config FILE` queries that file's run (runs_dir/run_name); `--full` prints every
+    value whole, a transcript as stored."""
+    import shutil
+
+    from flows.cli import main
+
+    shutil.copytree(run_dir, tmp_path / "runs" / "mine")
+    (tmp_path / "run.yaml").write_text(f"run_name: mine\nruns_dir: {tmp_path / 'runs'}\n")
+    sql = "select string_agg(node_id, chr(10) order by node_id) as transcript from nodes"  # long, many lines
+    assert main(["sql", sql, "--config", str(tmp_path / "run.yaml"), "--full"]) == 0
+    out = capsys.readouterr().out
+    whole = run_query(run_dir, sql)[1][0][0]
+    assert out.startswith("-- row 1 of 1 --\ntranscript:") and whole in out and "…" not in out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -37,7 +38,9 @@ TINY = dict(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=128, context=
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory) -> list[dict]:
     cfg = WarmStartConfig(recursive_episodes=3, flat_episodes=8, error_rate=0.5, seed=3, **TINY)
-    return expert_examples(cfg, ChatFraming(TOK), small_suite(tmp_path_factory.mktemp("run")))
+    rows, trees = expert_examples(cfg, ChatFraming(TOK), small_suite(tmp_path_factory.mktemp("run")))
+    assert trees["made"] == 11 and trees["kept"] + trees["dropped"] == 11 and trees["examples"] == len(rows)
+    return rows
 
 
 def runs(mask: list[int]) -> list[tuple[int, int]]:
@@ -124,7 +127,7 @@ def test_shared_prefix_loss_equals_the_plain_loss(rows):
     assert torch.isfinite(SharedPrefixSFTTrainer.compute_loss(fake, model, mixed))
 
 
-def test_warm_start_on_a_tiny_budget(tmp_path):
+def test_warm_start_on_a_tiny_budget(tmp_path, capsys):
     cfg = WarmStartConfig(
         recursive_episodes=4, flat_episodes=4, max_steps=3, batch_size=4, max_minutes=2.0, drill_steps=2,
         eval_tasks=1, eval_difficulties=["easy"], **TINY,
@@ -134,6 +137,13 @@ def test_warm_start_on_a_tiny_budget(tmp_path):
     assert metrics["train"]["drill"]["steps"] == 2
     assert set(metrics["eval"]["success"]) == {"recursive", "flat"}
     assert 0.0 <= metrics["eval"]["success"]["flat"]["easy"]["rate"] <= 1.0
+    line = capsys.readouterr().out.strip().splitlines()[-1]  # the warm start in one line, last
+    assert re.fullmatch(
+        r"warm start: 8 demonstration trees, \d kept \(\d+ nodes to learn from\), \d dropped \(roots that "
+        r"ended: [^)]*\); 3 steps in [\d.]+ min(, final loss [\d.]+)?; held-out success recursive \d+% \(n=1\), "
+        r"flat \d+% \(n=1\)",
+        line,
+    ), line
     model, tok = load_checkpoint(tmp_path / "model", device="cpu")
     assert model.config.hidden_size == 64 and tok.get_vocab() == TOK.get_vocab()
     assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
@@ -182,7 +192,7 @@ def test_warm_start_fine_tunes_a_checkpoint(tmp_path):
 def test_expert_replies_longer_than_max_new_tokens_are_reported():
     from types import SimpleNamespace
 
-    from rao_core.train.warmstart import reply_lengths, warn_long_replies
+    from rao_core.train.demonstrations import reply_lengths, warn_long_replies
 
     assert reply_lengths([0, 1, 1, 0, 0, 1, 1, 1, 0, 1]) == [2, 3, 1]
     records = [
