@@ -106,7 +106,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rao-async-bench-") as tmp, temporary_server():
         k0 = campaign(Path(tmp) / "k0", 0, args)
         k1 = campaign(Path(tmp) / "k1", 1, args)
-    print(f"rounds {args.rounds}: rollouts {k0['rollout']:.1f} s, training {k0['train']:.1f} s in all (k=0 run)")
+    print(
+        f"rounds {args.rounds}: rollouts {k0['rollout']:.1f} s, training {k0['train']:.1f} s in all (k=0 run)"
+    )
     print(f"simulated: k=0 {k0['wall']:.1f} s, k=1 {k1['wall']:.1f} s, ideal {k0['ideal']:.1f} s")
     print(f"k=1 / k=0 {k1['wall'] / k0['wall']:.2f}, k=1 / ideal {k1['wall'] / k0['ideal']:.2f}")
 
