@@ -112,7 +112,7 @@ def node_table(cols: dict[str, list], run: str = "run", round: int = 0) -> pa.Ta
         "split": ["train"] * n,
         "mode": ["recursive"] * n,
         "suite": ["textcraft"] * n,
-        "policy_version": [0] * n,
+        "policy_version": [round] * n,  # round r samples with version r (campaign.max_staleness 0)
         "success_source": ["verifier"] * n,
         "tree_status": ["ok"] * n,
         "status": ["finished"] * n,

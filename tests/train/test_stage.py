@@ -47,7 +47,7 @@ def node(
         "node_id": f"{tree}:{path}",
         "parent_id": None if parent is None else f"{tree}:{parent}",
         "depth": path.count(".") if path != "0" else 0,
-        "policy_version": 0,
+        "policy_version": round_,  # round r samples with version r (campaign.max_staleness 0)
         "status": "finished",
         "success": success,
         "tree_status": "ok",
