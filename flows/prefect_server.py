@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 import prefect
-from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
 
 from rao_core import interrupts
 
@@ -35,7 +35,36 @@ def temporary_server() -> Iterator[None]:
     if PREFECT_API_URL.value():
         yield
         return
-    port = _free_port()
+    Path(PREFECT_HOME.value()).mkdir(parents=True, exist_ok=True)  # its database lives there
+    proc, url = None, ""
+    try:
+        interrupts.note(stage := "the start of the temporary Prefect server")
+        for _ in range(3):  # as Prefect does: another port when this one was taken meanwhile (exit 3)
+            proc, url = _start()
+            interrupts.pause_at(stage)
+            if _wait_healthy(proc, url):
+                break
+        else:
+            raise RuntimeError("the temporary Prefect server found no free port in 3 tries")
+        with temporary_settings(updates={PREFECT_API_URL: url}):
+            try:
+                yield
+            finally:
+                _drain()
+    finally:
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _start() -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     proc = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "--app-dir", str(Path(prefect.__file__).parent.parent),
          "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
@@ -44,39 +73,20 @@ def temporary_server() -> Iterator[None]:
              "PREFECT__SERVER_FINAL": "1"},
         start_new_session=True,
     )  # fmt: skip
-    url = f"http://127.0.0.1:{port}/api"
-    try:
-        interrupts.note(stage := "the start of the temporary Prefect server")
-        interrupts.pause_at(stage)
-        _wait_healthy(proc, url)
-        with temporary_settings(updates={PREFECT_API_URL: url}):
-            try:
-                yield
-            finally:
-                _drain()
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    return proc, f"http://127.0.0.1:{port}/api"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(proc: subprocess.Popen, url: str) -> None:
+def _wait_healthy(proc: subprocess.Popen, url: str) -> bool:
+    """True once the server answers; False if it exited for want of its port (code 3)."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
+        if proc.poll() == 3:
+            return False
         if proc.poll() is not None:
             raise RuntimeError(f"the temporary Prefect server exited with code {proc.returncode}")
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
+                return True
         time.sleep(0.1)
     raise RuntimeError(
         f"the temporary Prefect server did not answer within {START_TIMEOUT_S:g} s "

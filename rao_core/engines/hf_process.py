@@ -52,6 +52,11 @@ class EngineSpec:
     context_limit: int | None = None
 
 
+# A child that loads a checkpoint for longer than this is stuck (a model the size of the machine
+# loads in minutes): the stage fails with a line instead of waiting forever.
+LOAD_TIMEOUT_S = 1800.0
+
+
 class EngineProcess:
     """A child process running HFEngine, and the thread here that routes its answers to callers."""
 
@@ -245,7 +250,12 @@ def process_engine(spec: EngineSpec, role: str = "policy", processes: int = 1) -
                 scope.hf_processes[key] = proc
         procs.append(proc)
     for p, load in [(p, p.load(spec)) for p in procs]:
-        p.device = load.result()
+        try:
+            p.device = load.result(timeout=LOAD_TIMEOUT_S)
+        except concurrent.futures.TimeoutError:
+            raise RuntimeError(
+                f"hf engine process: loading {spec.model} took over {LOAD_TIMEOUT_S:g} s; giving up"
+            ) from None
     engines = [ProcessEngine(spec, p, owned=scope is None) for p in procs]
     return engines[0] if processes == 1 else ReplicatedEngine(engines)
 
