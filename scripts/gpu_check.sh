@@ -15,6 +15,9 @@
 #                  step against the memory plan
 #   rao-train      `rao train`, 1 round, on a bf16 copy of the shipped small-warmstart at lr 3e-6
 #   rollout-bench  bench/rollout_bench.py on the device
+#   overlap        with 2 or more GPUs: bench/overlap_bench.py, the campaign at campaign.max_staleness 0 and 1
+#                  side by side, the engines on cuda:1 and the trainer on cuda:0, and their ratio (a line
+#                  saying why it is skipped on one GPU)
 #   install-offline  with WHEELHOUSE (on a GPU, default wheelhouse/ where it exists): `install-offline
 #                  KEEP=torch,transformers` by KEEP_PYTHON (default python3, the machine's) into
 #                  OUT/venv-keep; then that venv, or else PY, imports transformers, its hub and tokenizers
@@ -115,6 +118,17 @@ p_decode_bench() {
   "$PY" bench/decode_bench.py --device "$DEVICE" --shape $shape --rows 128
 }
 
+p_overlap() {  # k = 0 against k = 1 with the engines and the trainer on two GPUs (docs/overlap.md)
+  local gpus
+  gpus=$("$PY" -c "import torch; print(torch.cuda.device_count())") || return 1
+  if ((gpus < 2)); then
+    echo "overlap: skipped: $gpus GPU(s); rounds that overlap put the engines and the trainer on two"
+    return 0
+  fi
+  sets policy.device=cuda:1 train.device=cuda:0 policy.kind=hf eval.num_tasks=16 tracking.enabled=false
+  "$PY" bench/overlap_bench.py --rounds 3 "${SETS[@]}"
+}
+
 offline() {  # a command with no network: its own network namespace where the kernel allows one
   if unshare -rn true 2>/dev/null; then
     echo "network: none (unshare -rn), and Python's socket connections refused"
@@ -157,7 +171,7 @@ export DRY=0
 [ "${1:-}" = --dry-run ] && DRY=1
 [ $# -gt 0 ] && [ "$1" != --dry-run ] && echo "usage: bash scripts/gpu_check.sh [--dry-run]" && exit 2
 export PY=${PY:-.venv/bin/python} OUT=${OUT:-runs/gpu-check} EXTRA_SETS=${EXTRA_SETS:-}
-export PARTS=${PARTS:-env pytest-gpu decode-bench real-size rao-train rollout-bench install-offline}
+export PARTS=${PARTS:-env pytest-gpu decode-bench real-size rao-train rollout-bench install-offline overlap}
 export KEEP_PYTHON=${KEEP_PYTHON:-python3} WHEELHOUSE=${WHEELHOUSE:-}
 [ -z "$WHEELHOUSE" ] && ((!DRY)) && [ -d wheelhouse ] && WHEELHOUSE=wheelhouse  # make wheelhouse's default folder
 if ((DRY)); then
@@ -201,9 +215,9 @@ echo "gpu_check: $( ((DRY)) && echo dry run, )DEVICE=$DEVICE BUDGET=${BUDGET}s P
 # tier, the 0.6B decode bench and round, the install) from their work (docs/gpu.md).
 if ((DRY)); then
   part env 30 10; part pytest-gpu 120 20; part decode-bench 60 20; part real-size 60 20; part rao-train 180 40
-  part rollout-bench 90 20; part install-offline 30 10
+  part rollout-bench 90 20; part install-offline 30 10; part overlap 30 5
 else
   part env 30 10; part pytest-gpu $((2 * FILE_TIMEOUT)) 30; part decode-bench 120 40; part real-size 240 60
-  part rao-train 120 60; part rollout-bench 70 20; part install-offline 120 20
+  part rao-train 120 60; part rollout-bench 70 20; part install-offline 120 20; part overlap 300 120
 fi
 "$PY" scripts/gpu_check_results.py "$OUT" "$( ((DRY)) && echo dry-run || echo gpu)" "$(($(date +%s) - START))"

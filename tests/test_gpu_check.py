@@ -45,7 +45,7 @@ def test_the_dry_run_runs_every_part_on_the_cpu_within_its_budget(tmp_path):
     parts = result["parts"]
     assert result["mode"] == "dry-run"  # each part ran under its own timeout, inside the budget
     assert list(parts) == [
-        "env", "pytest-gpu", "decode-bench", "real-size", "rao-train", "rollout-bench", "install-offline"
+        "env", "pytest-gpu", "decode-bench", "real-size", "rao-train", "rollout-bench", "install-offline", "overlap"
     ]  # fmt: skip
     for name, part in parts.items():
         assert part["verdict"] == "ok", (name, part, (out_dir / "logs" / f"{name}.log").read_text()[-2000:])  # fmt: skip
@@ -75,3 +75,6 @@ def test_the_dry_run_runs_every_part_on_the_cpu_within_its_budget(tmp_path):
         line.startswith("imported with the network off:")
         for line in parts["install-offline"]["figures"]["lines"]
     )
+    assert parts["overlap"]["figures"]["lines"] == [  # no GPU: said in one line
+        "overlap: skipped: 0 GPU(s); rounds that overlap put the engines and the trainer on two"
+    ]

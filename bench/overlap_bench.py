@@ -1,5 +1,6 @@
 """Benchmark: the default campaign (`make run`'s settings) with rounds that overlap
-(campaign.max_staleness = 1) against rounds in turn (k = 0), side by side on this machine.
+(campaign.max_staleness = 1) against rounds in turn (k = 0), side by side on this machine (with
+--set, another campaign: `scripts/gpu_check.sh` puts the engines and the trainer on two GPUs).
 
 Each campaign is a fresh `rao train` in a folder of its own (its own temporary Prefect server,
 MLflow store and engine processes), k = 0 first. Prints
@@ -10,7 +11,7 @@ with R = B / A and F = the k = 0 run's CPU seconds (every process it started inc
 the cores, over A: how busy the cores already were without overlap, so the best ratio overlap
 could reach on these cores. Then each run's held-out success table line.
 
-    .venv/bin/python bench/overlap_cpu.py [--rounds 12] [--set key=value ...]
+    .venv/bin/python bench/overlap_bench.py [--rounds 12] [--set key=value ...]
 """
 
 from __future__ import annotations
