@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from prefect import flow, task, unmapped
@@ -179,7 +177,7 @@ def _overlapped_rounds(run: Run, arms: list[Run]) -> str | None:
         for r in range(first):
             if not arm.layout.logged(r).is_file():
                 stages.report(arm, r)
-    lane = LaneState()
+    lane = campaign.LaneState()
     future = engine_lane.submit(run, first, lane)
     try:
         for r in range(first, cfg.rounds):
@@ -205,22 +203,8 @@ def _overlapped_rounds(run: Run, arms: list[Run]) -> str | None:
     return None
 
 
-@dataclass
-class LaneState:
-    """What the trainer and the engine lane share: the trainer's stop, and why the lane ended."""
-
-    stop: threading.Event = field(default_factory=threading.Event)
-    error: list[str] = field(default_factory=list)
-
-    def failure(self) -> str | None:
-        return self.error[0] if self.error else None
-
-    def stopped(self) -> str | None:
-        return "the campaign stops" if self.stop.is_set() else None
-
-
 @task(name="engine-lane", cache_policy=NO_CACHE)
-def engine_lane(run: Run, first: int, lane: LaneState) -> None:
+def engine_lane(run: Run, first: int, lane: campaign.LaneState) -> None:
     """Every rollout and new version's evaluation of rounds first.., each once its version exists
     (campaign.engine_jobs), for every arm; the rounds whose new version is evaluated are reported
     when the lane would wait anyway (off both lanes' paths). Beside the trainer."""

@@ -15,9 +15,10 @@ them; MLflow records them (tracking.py). Paths: rao_core/layout.py.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rao_core.config import ConfigError, PolicyConfig, TrainConfig
@@ -178,6 +179,20 @@ def wait_until(
                 f"waited {timeout_s:g} s for {what} (campaign.wait_timeout_s): the other lane is stuck"
             )
         time.sleep(poll_s)
+
+
+@dataclass
+class LaneState:
+    """What the trainer and the engine lane share: the trainer's stop, and why the lane ended."""
+
+    stop: threading.Event = field(default_factory=threading.Event)
+    error: list[str] = field(default_factory=list)
+
+    def failure(self) -> str | None:
+        return self.error[0] if self.error else None
+
+    def stopped(self) -> str | None:
+        return "the campaign stops" if self.stop.is_set() else None
 
 
 def checkpoint_ready(run: Run, version: int) -> bool:
