@@ -136,8 +136,9 @@ def test_train_flow_end_to_end(prefect_server, tmp_path):
         r"policy failures \d+ nodes( \([^)]*\))?, scorer failures 0 nodes, other infrastructure failures 0 "
         r"nodes \(trees left out of training: 0\), [\d.]+ s",
         r"round 1 score: \d+ of \d+ nodes trained, 4 trees, \d+ of \d+ groups with spread; dropped trees by reason: ",
-        r"round 1 train: loss -?[\d.]+, \d+ tokens \(\d+ action\), \d+ steps, mean ratio [\d.]+, "
-        r"served weights changed [\d.]+%, [\d.]+% since v0 \(float32\), update/weight RMS [\d.e+-]+, [\d.]+ s",
+        r"round 1 train: loss -?[\d.]+, \d+ tokens \(\d+ action\), \d+ steps, mean ratio [\d.]+ \([\d.]+% clipped\), "
+        r"trained nodes by staleness 0: \d+, sampler mismatch KL [\d.e+-]+, served weights changed [\d.]+%, "
+        r"[\d.]+% since v0 \(float32\), update/weight RMS [\d.e+-]+, [\d.]+ s",
         r"v2 held-out success: easy [\d.]+, all [\d.]+",
     ):
         assert any(re.search(pattern, line) for line in logs), pattern

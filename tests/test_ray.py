@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import signal
 from datetime import UTC, datetime
@@ -104,8 +105,8 @@ def test_a_round_is_finished_with_the_shard_count_it_started_with(tmp_path):
         roll_out(Run(other), 0)
 
 
-def shard_task_runs(since: datetime, name: str = "rollout-shard") -> list[str]:
-    """States of the `name` task runs (shards) that started after `since`."""
+def shard_task_runs(since: datetime, stage: str = "rollout") -> list[str]:
+    """States of the `stage` shard task runs (`rollout-r0-shard-1`) that started after `since`."""
     from prefect.client.orchestration import get_client
 
     async def read():
@@ -113,7 +114,8 @@ def shard_task_runs(since: datetime, name: str = "rollout-shard") -> list[str]:
             return await client.read_task_runs()
 
     runs = asyncio.run(read())
-    return [r.state.type.value for r in runs if r.name.startswith(name) and r.start_time >= since]
+    named = re.compile(rf"{stage}-[rv]\d+-shard-\d+")
+    return [r.state.type.value for r in runs if named.fullmatch(r.name) and r.start_time >= since]
 
 
 def check_round(cfg: RunConfig) -> list[dict]:
@@ -238,7 +240,7 @@ def test_evaluation_shards_on_ray(ray_cluster, prefect_server, tmp_path):
     since = datetime.now(UTC)
     summary = evaluate_flow(overrides=overrides, version=0)
     assert ray.is_initialized()  # ray_session and the task runner leave a Ray they did not start
-    assert shard_task_runs(since, "evaluate-shard") == ["COMPLETED", "COMPLETED"]
+    assert shard_task_runs(since, "evaluate") == ["COMPLETED", "COMPLETED"]
     assert read_meta(cfg.layout.eval(0))["parts"] == ["shard=0", "shard=1"]
     local = load_config(overrides=[*overrides, "run_name=local", "rollout.runner=local", "rollout.shards=1"])
     evaluate(Run(local), 0)  # the scripted expert's tree shapes are not seeded per tree: compare the draw
