@@ -228,7 +228,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from flows.serve import serve_all
 
     serve_all(args.config, args.overrides, args.interval_minutes)
-    return 0
+    signum = interrupts.received()
+    return interrupts.exit_code(signum) if signum else 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -1,16 +1,18 @@
 """Deployments: register the flows with a Prefect server so runs can be triggered and scheduled
-from the UI. `rao serve` calls this; stop it with Ctrl-C (schedules stay as they are:
-docs/pipeline.md, "Schedules")."""
+from the UI. `rao serve` calls this; stop it with Ctrl-C or SIGTERM (the flow runs in flight are
+cancelled; schedules stay as they are: docs/pipeline.md, "Schedules")."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
 from datetime import timedelta
 
-from prefect import serve
+from prefect.runner import Runner
 from prefect.schedules import Interval
 
 from flows.training import evaluate_flow, rollout_flow, round_flow, synthesize_flow, train_flow
+from rao_core import interrupts
 
 SCHEDULED = "rao-round/next-round"
 
@@ -56,4 +58,17 @@ def serve_all(config: str | None, overrides: list[str], interval_minutes: float 
         print(f"{SCHEDULED}: its schedule is paused and stays paused; resume it in the UI or with "
               f"`prefect deployment schedule resume {SCHEDULED} <id from: prefect deployment schedule ls "
               f"{SCHEDULED}>` (docs/pipeline.md)")  # fmt: skip
-    serve(*deployments(config, overrides, interval_minutes, paused), pause_on_shutdown=False)
+    runner = Runner(pause_on_shutdown=False)
+    for deployment in deployments(config, overrides, interval_minutes, paused):
+        runner.add_deployment(deployment)
+
+    def stop(signum: int, frame: object) -> None:
+        # Prefect's own way out (its SIGTERM handler: cancel the flow runs in flight, end the
+        # polling), for SIGINT too: asyncio's Ctrl-C could leave the runner waiting for ever.
+        # rao's grace timer and second signal end it at once if that clean-up hangs.
+        interrupts.count(signum)
+        runner.handle_sigterm()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, stop)
+    asyncio.run(runner.start())

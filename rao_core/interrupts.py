@@ -114,7 +114,7 @@ def exit_line(signum: int) -> str:
     return f"{said}: {layout.root} keeps {layout.standing()}; the same command continues from there"
 
 
-def _count(signum: int) -> None:
+def count(signum: int) -> None:
     """`rao`'s bookkeeping of a signal: the second stops at once, the first starts the grace timer."""
     _received.append(signum)
     if len(_received) > 1:
@@ -125,7 +125,7 @@ def _count(signum: int) -> None:
 
 
 def _on_signal(signum: int, frame: object) -> None:
-    _count(signum)
+    count(signum)
     cancel_loops()  # the engine lane's trees, when rounds overlap
     raise Interrupted(signum, _where.get("stage"))
 
@@ -164,7 +164,7 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
     def on_signal(signum: int, frame: Any) -> None:
         previous = displaced[signum]
         if previous is _on_signal:
-            _count(signum)  # a second signal stops at once
+            count(signum)  # a second signal stops at once
         elif got:
             previous(signum, frame)  # a second signal: that handler's way, now
         got.append(signum)

@@ -84,6 +84,7 @@ def interrupt(
         paused.set()  # no pause: `until` alone says when
     try:
         assert paused.wait(timeout=300) and proc.poll() is None, "\n".join(lines[-30:])
+        assert not stage or any("paused at " in line for line in lines), "\n".join(lines[-30:])
         children, commands = running(proc.pid)
         while until is not None and not until(commands):
             assert proc.poll() is None, "\n".join(lines[-30:])
@@ -361,9 +362,10 @@ def test_a_cancel_from_the_ui_ends_the_flow_run(prefect_env, finished, tmp_path)
             time.sleep(0.5)
         TIMES["the UI's Cancel of a served flow run"] = time.monotonic() - start
     finally:
-        os.killpg(serve.pid, signal.SIGINT)
+        os.killpg(serve.pid, signal.SIGINT)  # Ctrl-C in `rao serve`'s terminal
         serve.wait(timeout=60)
         log.close()
+    assert serve.returncode == 130, (tmp_path / "serve.log").read_text()[-3000:]
     left = [c for p, c in zip(children, commands, strict=True) if alive(p)]
     assert not left, left
     assert runlock.holder(cfg.run_dir) is None
@@ -383,7 +385,10 @@ def test_a_rollout_on_vllm_ends_with_its_server(tmp_path, vllm_python):
     stage = "rollout of round 0 (1 of"
     got = interrupt(["rollout", "--no-progress", *sets(ov)], stage, "ctrl-c", dict(os.environ))
     TIMES["default policy on vLLM: rollout of round 0, ctrl-c"] = got.seconds
-    assert any("vllm.entrypoints.openai.api_server" in c for c in got.commands), got.commands
+    assert any("vllm.entrypoints.openai.api_server" in c for c in got.commands), (
+        got.commands,
+        "\n".join(got.stderr[-30:]),
+    )
     check_clean_end(got, "ctrl-c", stage, load_config(overrides=ov).run_dir)
 
 

@@ -163,7 +163,8 @@ def test_sharded_rollout_on_ray_matches_one_local_rollout(ray_cluster, prefect_s
     assert scores == expected and len({s["reward"] for s in scores}) > 1  # order-sensitive
 
 
-@task(name="rollout-shard", cache_policy=NO_CACHE)  # no Prefect retries: only Ray can bring it back
+# No Prefect retries: only Ray can bring it back. Named as the flow's shards are.
+@task(name="rollout-shard", task_run_name="rollout-r{round_}-shard-{shard}", cache_policy=NO_CACHE)
 def dying_shard(run: Run, round_: int, shard: int) -> str:
     """On its first attempt a shard's worker is SIGKILLed: shard 0 right after its partition is
     complete (the retry must not write it again), shard 1 with what a crash mid-write leaves, a
