@@ -7,6 +7,7 @@ deployments can be triggered from the Prefect UI with the same inputs as the `ra
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 from pathlib import Path
@@ -179,12 +180,14 @@ def _overlapped_rounds(run: Run, arms: list[Run]) -> str | None:
                 stages.report(arm, r)
     lane = campaign.LaneState()
     future = engine_lane.submit(run, first, lane)
+    lane_ended = lane.ended(future.wrapped_future.done)
+    stopped = None
     try:
         for r in range(first, cfg.rounds):
             for arm in arms:
                 campaign.wait_until(
                     lambda arm=arm, r=r: arm.layout.complete(arm.layout.rollouts(r)),
-                    f"{arm.name}'s round {r} rollout", cfg.wait_timeout_s, lane.failure,
+                    f"{arm.name}'s round {r} rollout", cfg.wait_timeout_s, lane_ended,
                 )  # fmt: skip
                 if why := campaign.broken_scorer(arm, r):
                     raise campaign.CampaignStopped(why)
@@ -194,13 +197,18 @@ def _overlapped_rounds(run: Run, arms: list[Run]) -> str | None:
                 stages.train(arm, r)
         future.result()  # the last versions' evaluations and reports
     except campaign.CampaignStopped as e:
-        stages.campaign_report(run)
-        return str(e)
+        stopped = str(e)
+    except campaign.LaneStopped:
+        if not lane.campaign_stop:  # the lane failed: its error is the campaign's
+            raise
+        stopped = lane.campaign_stop[0]
     finally:
         lane.stop.set()  # the lane ends its job at once: what it samples now is not needed
         interrupts.cancel_loops()
-        future.wait()
-    return None
+        concurrent.futures.wait([future.wrapped_future])  # (its outcome is the lane's, not ours)
+    if stopped:
+        stages.campaign_report(run)  # once the lane, which reports too, has ended
+    return stopped
 
 
 @task(name="engine-lane", cache_policy=NO_CACHE)
@@ -208,10 +216,10 @@ def engine_lane(run: Run, first: int, lane: campaign.LaneState) -> None:
     """Every rollout and new version's evaluation of rounds first.., each once its version exists
     (campaign.engine_jobs), for every arm; the rounds whose new version is evaluated are reported
     when the lane would wait anyway (off both lanes' paths). Beside the trainer."""
-    arms, cfg = run.arms(), run.config.campaign
     evaluated: list[int] = []  # rounds whose new version is evaluated, reported while the lane waits
     try:
-        with interrupts.stoppable(lane.stop):
+        arms, cfg = run.arms(), run.config.campaign
+        with interrupts.stoppable(lane.stop), runlock.lane(run.dir):
             for job in campaign.engine_jobs(first, cfg.rounds, cfg.max_staleness):
                 for arm in arms:
                     if evaluated and not campaign.checkpoint_ready(arm, job.needs):
@@ -221,10 +229,15 @@ def engine_lane(run: Run, first: int, lane: campaign.LaneState) -> None:
                         f"{arm.name}'s version {job.needs}", cfg.wait_timeout_s, lane.stopped,
                     )  # fmt: skip
                     (rollout if job.kind == "rollout" else evaluate)(arm, job.index)
+                    if job.kind == "evaluate" and (why := campaign.broken_evaluation(arm, job.index)):
+                        lane.campaign_stop.append(why)
+                        raise campaign.CampaignStopped(why)
                 if job.kind == "evaluate":
                     evaluated.append(job.index - 1)
             _report(run, evaluated)
     except BaseException as e:
+        if lane.stop.is_set() and not interrupts.received():
+            return  # the trainer ended the campaign (or failed): its outcome is the campaign's
         lane.error.append(f"the engine lane failed: {type(e).__name__}: {e}"[:500])
         raise
 

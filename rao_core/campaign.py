@@ -111,18 +111,32 @@ def broken_scorer(run: Run, round_: int) -> str | None:
     half or more of the nodes of the round, or of the evaluation of version r, the rewards say
     nothing about the policy. Those partitions are set aside (sampled again once the scorer is
     fixed), and the scorer's message is returned; else None."""
+    return _set_aside_broken(run, [round_], rollout=round_)
+
+
+def broken_evaluation(run: Run, version: int) -> str | None:
+    """`broken_scorer` for version `version`'s evaluation alone: when rounds overlap, the engine
+    lane checks each evaluation as it ends (the trainer may have passed that round already)."""
+    return _set_aside_broken(run, [version])
+
+
+def _set_aside_broken(run: Run, versions: list[int], rollout: int | None = None) -> str | None:
+    """Set aside the evaluations of `versions` and round `rollout`'s rollout where the scorer
+    failed at half or more of the nodes; the message of the last, or None."""
     layout, lines = run.layout, []
-    for what, dest in (
-        (f"the evaluation of v{round_}", layout.eval(round_)),
-        (f"round {round_}", layout.rollouts(round_)),
-    ):
+    partitions = [(f"the evaluation of v{v}", layout.eval(v), v) for v in versions]
+    if rollout is not None:
+        partitions.append((f"round {rollout}", layout.rollouts(rollout), None))
+    for what, dest, version in partitions:
         if not layout.complete(dest):
             continue
         failed, nodes, first = scorer_failures(dest)
         if failed and 2 * failed >= nodes:
             lines.append((what, failed, nodes, first, set_aside(dest, "scorer-failed").name))
-            if dest == layout.eval(0):  # MLflow's v0 is logged again, from the new evaluation
+            if version == 0:  # MLflow's v0 is logged again, from the new evaluation
                 layout.logged_baseline.unlink(missing_ok=True)
+            elif version is not None:  # and the round that made this version, with it
+                layout.logged(version - 1).unlink(missing_ok=True)
     if not lines:
         return None
     what, failed, nodes, first, _ = lines[-1]
@@ -171,9 +185,11 @@ def wait_until(
     says why the other lane ended, or TimeoutError after `timeout_s` (campaign.wait_timeout_s)
     instead of hanging."""
     deadline = time.monotonic() + timeout_s
-    while not ready():
-        if why := stopped():
+    while True:
+        if why := stopped():  # first: a lane told to stop starts nothing more
             raise LaneStopped(f"stopped waiting for {what}: {why}")
+        if ready():
+            return
         if time.monotonic() > deadline:
             raise TimeoutError(
                 f"waited {timeout_s:g} s for {what} (campaign.wait_timeout_s): the other lane is stuck"
@@ -183,13 +199,23 @@ def wait_until(
 
 @dataclass
 class LaneState:
-    """What the trainer and the engine lane share: the trainer's stop, and why the lane ended."""
+    """What the trainer and the engine lane share: the trainer's stop, why the lane ended, and
+    the campaign stop the lane decided (a broken scorer in an evaluation)."""
 
     stop: threading.Event = field(default_factory=threading.Event)
     error: list[str] = field(default_factory=list)
+    campaign_stop: list[str] = field(default_factory=list)
 
-    def failure(self) -> str | None:
-        return self.error[0] if self.error else None
+    def ended(self, done: Callable[[], bool]) -> Callable[[], str | None]:
+        """For the trainer's waits: why the lane ended (its error, or `done()` without one, a
+        lane that died before its first line), or None while it runs."""
+
+        def why() -> str | None:
+            if self.error:
+                return self.error[0]
+            return "the engine lane ended" if done() else None
+
+        return why
 
     def stopped(self) -> str | None:
         return "the campaign stops" if self.stop.is_set() else None

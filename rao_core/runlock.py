@@ -25,6 +25,7 @@ from rao_core.layout import RunLayout
 
 _HELD: dict[Path, tuple[IO[str], dict[str, Any]]] = {}  # run folder -> (open lock file, record)
 _LANES: dict[Path, dict[int, list]] = {}  # run folder -> thread -> [stage, progress, when noted]
+_NOTING = threading.Lock()  # both lanes note their stages into one record
 
 
 class RunBusy(RuntimeError):
@@ -103,8 +104,9 @@ def writing(
     try:
         yield
     finally:
-        del _HELD[key]
-        _LANES.pop(key, None)
+        with _NOTING:
+            del _HELD[key]
+            _LANES.pop(key, None)
         f.truncate(0)
         fcntl.flock(f, fcntl.LOCK_UN)
         f.close()
@@ -133,19 +135,32 @@ def note_progress(run_dir: Path, progress: str, every_s: float = 1.0) -> None:
 
 def _note(run_dir: Path, stage: str, progress: str | None) -> None:
     key = Path(run_dir).resolve()
-    held = _HELD.get(key)
-    if held is None:
-        return
-    lanes = _LANES.setdefault(key, {})
-    alive = {t.ident for t in threading.enumerate()}
-    for thread in [t for t in lanes if t not in alive]:  # a lane that ended
-        del lanes[thread]
-    lanes[threading.get_ident()] = [stage, progress, time.monotonic()]
-    shown = [f"{s} ({p})" if p else s for s, p, _ in lanes.values()]
-    held[1]["stage"] = ", ".join(shown)
-    _write(*held)
-    interrupts.note(held[1]["stage"], key)
-    interrupts.pause_at(shown[list(lanes).index(threading.get_ident())])
+    with _NOTING:
+        held = _HELD.get(key)
+        if held is None:
+            return
+        lanes = _LANES.setdefault(key, {})
+        alive = {t.ident for t in threading.enumerate()}
+        for thread in [t for t in lanes if t not in alive]:  # a lane that ended
+            del lanes[thread]
+        lanes[threading.get_ident()] = [stage, progress, time.monotonic()]
+        shown = [f"{s} ({p})" if p else s for s, p, _ in lanes.values()]
+        held[1]["stage"] = ", ".join(shown)
+        _write(*held)
+        interrupts.note(held[1]["stage"], key)
+        mine = shown[list(lanes).index(threading.get_ident())]
+    interrupts.pause_at(mine)
+
+
+@contextlib.contextmanager
+def lane(run_dir: Path) -> Iterator[None]:
+    """A lane of the flow on a thread of its own (the engine lane): its stage leaves the record
+    when it ends (its pool's thread lives on)."""
+    try:
+        yield
+    finally:
+        with _NOTING:
+            _LANES.get(Path(run_dir).resolve(), {}).pop(threading.get_ident(), None)
 
 
 def _write(f: IO[str], record: dict[str, Any]) -> None:

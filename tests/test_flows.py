@@ -56,6 +56,20 @@ def prefect_server():
         yield PREFECT_API_URL.value()
 
 
+@pytest.fixture(autouse=True)
+def prefect_console_on_the_real_stderr():
+    """Prefect's console handlers keep the stream they were made with: one made during a test
+    that captured (capsys) would write to that test's closed stream in every later test."""
+    import logging
+
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
+        for handler in getattr(logger, "handlers", []):
+            if isinstance(handler, PrefectConsoleHandler):
+                handler.console.file = handler.stream = sys.__stderr__
+
+
 def overrides(tmp_path: Path, *extra: str) -> list[str]:
     return [f"runs_dir={tmp_path}", *CAMPAIGN, *extra]
 
@@ -150,13 +164,20 @@ def test_train_flow_end_to_end(prefect_server, tmp_path):
     assert len(mlflow_runs(cfg)[1]) == 3
 
 
-def test_a_campaign_with_no_signal_stops_after_round_0(prefect_server, tmp_path, capsys):
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_a_campaign_with_no_signal_stops_after_round_0(prefect_server, tmp_path, capsys, staleness):
     """The untrained model solves nothing: v0 at 0% and round 0 without spread end the campaign
     there, with a WARNING that says what to try, a non-zero exit, and the rounds' signal under the
-    table; MLflow records the campaign FINISHED, not FAILED."""
+    table; MLflow records the campaign FINISHED, not FAILED. With rounds that overlap, the engine
+    lane (rolling out round 1 meanwhile) is stopped and the message is the same."""
     from flows.cli import main
 
-    ov = overrides(tmp_path, "scoring.zero_advantage_groups=skip", "campaign.rounds=3")
+    ov = overrides(
+        tmp_path,
+        "scoring.zero_advantage_groups=skip",
+        "campaign.rounds=3",
+        f"campaign.max_staleness={staleness}",
+    )
     rc = main(["train", *(a for o in ov for a in ("--set", o))])
     out, err = capsys.readouterr()
     cfg = load_config(overrides=ov)
@@ -185,9 +206,13 @@ class Typo(EchoSuite):
 """
 
 
-def test_a_broken_scorer_stops_the_campaign_with_its_message(prefect_server, tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_a_broken_scorer_stops_the_campaign_with_its_message(
+    prefect_server, tmp_path, capsys, monkeypatch, staleness
+):
     """The scorer failed at every node of round 0: the campaign stops there with the scorer's own
-    message (no advice about warm starts), exit status 1, and the round set aside for a rerun."""
+    message (no advice about warm starts), exit status 1, and the round set aside for a rerun; the
+    same when rounds overlap."""
     from flows.cli import main
     from tests.envs.test_suite_plugins import USER_SUITE
 
@@ -195,7 +220,8 @@ def test_a_broken_scorer_stops_the_campaign_with_its_message(prefect_server, tmp
     (tmp_path / "brokenscorer.py").write_text(BROKEN_SCORER)
     monkeypatch.syspath_prepend(str(tmp_path))
     sets = [f"runs_dir={tmp_path}", "suite=brokenscorer:Typo", "policy.model=tiny", "agent.max_steps=2",
-            "agent.max_new_tokens=12", "eval.num_tasks=1", "campaign.rounds=2"]  # fmt: skip
+            "agent.max_new_tokens=12", "eval.num_tasks=1", "campaign.rounds=2",
+            f"campaign.max_staleness={staleness}"]  # fmt: skip
     rc = main(["train", *(a for o in sets for a in ("--set", o))])
     err = capsys.readouterr().err
     assert rc == 1 and "stopped: the suite's scorer failed at 4 of 4 nodes of round 0, as at node" in err, err

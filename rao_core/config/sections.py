@@ -340,7 +340,8 @@ class CampaignConfig:
     wait_timeout_s: Float = opt(
         14400.0,
         "k >= 1: how long a stage may wait for another's output (a rollout for its checkpoint, the "
-        "trainer for a rollout) before the campaign stops with an error instead of hanging",
+        "trainer for a rollout) before the campaign stops with an error instead of hanging; keep it "
+        "above the longest rollout or training",
         gt=0,
         resume="free",
     )
