@@ -119,14 +119,21 @@ def run_round(run: Run, round_: int) -> dict:
     """One round: rollout (v_r) -> score -> train (v_r+1) -> evaluate (v_r+1) -> report. A
     campaign whose v0 solves nothing and whose round 0 has no spread stops there (CampaignStopped)."""
     rollout(run, round_)
+    score_and_train(run, round_)
+    evaluate(run, round_ + 1)
+    return stages.report(run, round_)
+
+
+def score_and_train(run: Run, round_: int) -> None:
+    """Round r's scoring and training, its rollout complete. A scorer that failed at half the
+    nodes, or a campaign whose v0 solves nothing and whose round 0 has no spread, stops the
+    campaign there (CampaignStopped)."""
     if why := campaign.broken_scorer(run, round_):
         raise campaign.CampaignStopped(why)
     stages.score(run, round_)
     if round_ == 0 and (why := campaign.hopeless_start(run)):
         raise campaign.CampaignStopped(why)
     stages.train(run, round_)
-    evaluate(run, round_ + 1)
-    return stages.report(run, round_)
 
 
 @flow(name="rao-train", log_prints=True)
@@ -189,12 +196,7 @@ def _overlapped_rounds(run: Run, arms: list[Run]) -> str | None:
                     lambda arm=arm, r=r: arm.layout.complete(arm.layout.rollouts(r)),
                     f"{arm.name}'s round {r} rollout", cfg.wait_timeout_s, lane_ended,
                 )  # fmt: skip
-                if why := campaign.broken_scorer(arm, r):
-                    raise campaign.CampaignStopped(why)
-                stages.score(arm, r)
-                if r == 0 and (why := campaign.hopeless_start(arm)):
-                    raise campaign.CampaignStopped(why)
-                stages.train(arm, r)
+                score_and_train(arm, r)
         future.result()  # the last versions' evaluations and reports
     except campaign.CampaignStopped as e:
         stopped = str(e)
