@@ -221,7 +221,7 @@ def engine_lane(run: Run, first: int, lane: campaign.LaneState) -> None:
     evaluated: list[int] = []  # rounds whose new version is evaluated, reported while the lane waits
     try:
         arms, cfg = run.arms(), run.config.campaign
-        with interrupts.stoppable(lane.stop), runlock.lane(run.dir):
+        with interrupts.stoppable(lane.stop), runlock.lane([a.dir for a in arms]):
             for job in campaign.engine_jobs(first, cfg.rounds, cfg.max_staleness):
                 for arm in arms:
                     if evaluated and not campaign.checkpoint_ready(arm, job.needs):

@@ -153,14 +153,15 @@ def _note(run_dir: Path, stage: str, progress: str | None) -> None:
 
 
 @contextlib.contextmanager
-def lane(run_dir: Path) -> Iterator[None]:
-    """A lane of the flow on a thread of its own (the engine lane): its stage leaves the record
-    when it ends (its pool's thread lives on)."""
+def lane(run_dirs: list[Path]) -> Iterator[None]:
+    """A lane of the flow on a thread of its own (the engine lane): its stage leaves the records
+    of these run folders when it ends (its pool's thread lives on)."""
     try:
         yield
     finally:
         with _NOTING:
-            _LANES.get(Path(run_dir).resolve(), {}).pop(threading.get_ident(), None)
+            for run_dir in run_dirs:
+                _LANES.get(Path(run_dir).resolve(), {}).pop(threading.get_ident(), None)
 
 
 def _write(f: IO[str], record: dict[str, Any]) -> None:
