@@ -11,7 +11,9 @@ sampled tokens per second at 128 rows.
 (c) host time per step: `--rows` requests (default 128) decoding together through the engine's
     event loop, as a rollout drives it; the wall time per decode step less the time inside the
     model's forwards and the sampling (what one CUDA graph replay does on a GPU): the Python
-    bookkeeping, the staging copies, the read of the tokens and the event loop's round trips;
+    bookkeeping, the staging copies, the read of the tokens and the event loop's round trips. On
+    the CPU the forwards run inside their timer; on CUDA only their launches do, and the read of
+    the tokens waits for the kernels, so there "host time" also holds the device's compute;
 (d) K/V bookkeeping: kernels launched (operators that run one, views left out) to load an
     arriving row's reused K/V into its slot, and to copy a leaving row's K/V out and fill its slot;
 (e) throughput (with --steps, the default on CUDA): decode steps of `--rows` rows after a prompt

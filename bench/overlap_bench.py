@@ -54,8 +54,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rao-overlap-") as tmp:
         where = Path(args.keep or tmp)
         a, cpu_a, out_a = campaign(where / "k0", 0, args.rounds, args.sets)
-        b, _, out_b = campaign(where / "k1", 1, args.rounds, args.sets)
+        b, cpu_b, out_b = campaign(where / "k1", 1, args.rounds, args.sets)
     print(f"default campaign: k=0 {a:.0f} s, k=1 {b:.0f} s, ratio {b / a:.2f}, floor {cpu_a / cores / a:.2f}")
+    print(f"CPU seconds: k=0 {cpu_a:.0f}, k=1 {cpu_b:.0f} ({cpu_b / cpu_a - 1:+.0%})")
     for k, out in ((0, out_a), (1, out_b)):
         gain = next((line for line in out.splitlines() if "held-out gain" in line), "")
         print(f"k={k}: {gain.strip()}")

@@ -167,7 +167,7 @@ def plan(train: TrainConfig, policy: PolicyConfig, folder: Path, found: dict[str
         engine = {"weights": s.params * width}
         if (
             engine_dev == "cuda" and gpu and p.decode in ("auto", "static")
-        ):  # fixed slots, as the engine sizes them
+        ):  # fixed slots, as the engine sizes them (it also caps the columns at the agent's context)
             rows, free = p.max_batch_size, found["cuda"].gib * GIB - engine["weights"]
             cols = kv_budget.slot_columns(free, rows, col, s.max_positions, kv_budget.PREFIX_TOKENS)
             engine[f"K/V slots ({rows} rows x {max(cols, 0):,} columns)"] = rows * (max(cols, 0) + 1) * col

@@ -15,13 +15,13 @@
 #                  step against the memory plan
 #   rao-train      `rao train`, 1 round, on a bf16 copy of the shipped small-warmstart at lr 3e-6
 #   rollout-bench  bench/rollout_bench.py on the device
-#   overlap        with 2 or more GPUs: bench/overlap_bench.py, the campaign at campaign.max_staleness 0 and 1
-#                  side by side, the engines on cuda:1 and the trainer on cuda:0, and their ratio (a line
-#                  saying why it is skipped on one GPU)
 #   install-offline  with WHEELHOUSE (on a GPU, default wheelhouse/ where it exists): `install-offline
 #                  KEEP=torch,transformers` by KEEP_PYTHON (default python3, the machine's) into
 #                  OUT/venv-keep; then that venv, or else PY, imports transformers, its hub and tokenizers
 #                  and the engine with the network off
+#   overlap        with 2 or more GPUs: bench/overlap_bench.py, the campaign at campaign.max_staleness 0 and 1
+#                  side by side, the engines on cuda:1 and the trainer on cuda:0, and their ratio (a line
+#                  saying why it is skipped on one GPU)
 # Results: $OUT/results.json (each part's verdict, seconds, rc and figures); each part's log in $OUT/logs/.
 # Settings: PY (default .venv/bin/python), OUT (default runs/gpu-check), DEVICE, BUDGET, PARTS (a rerun
 # of some: PARTS="real-size rollout-bench"), EXTRA_SETS (more KEY=VALUE settings for the parts that run

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from rao_core.config import PolicyConfig
+from rao_core.config.types import device_type
 from rao_core.policy import Policy
 
 
@@ -70,7 +71,12 @@ def engine_processes(c: PolicyConfig) -> int:
         return c.engine_processes
     import torch
 
-    if c.device.startswith("cuda") or (c.device == "auto" and torch.cuda.is_available()):
+    if device_type(c.device) == "cuda" or (c.device == "auto" and torch.cuda.is_available()):
         return 0
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cores()
     return min(cores, 4) if cores > 1 else 0
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

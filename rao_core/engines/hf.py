@@ -74,7 +74,8 @@ class EngineStats:
     prefill_seconds: float = 0.0  # time in prefill forward passes (worker thread)
     decode_seconds: float = 0.0  # time in decode steps (the static path: staging, forward, sampling)
     forward_seconds: float = 0.0  # of decode and prefill, time in the model's forwards (and the
-    # static step's sampling, which its graph replays); on CUDA the launches only: kernels run on
+    # static step's sampling, which its graph replays); on CUDA the launches only: the kernels run on
+    # after it returns, and their time is in the host read that waits for the sampled tokens
     sorts: int = 0  # decode steps that first sorted the rows by length (docs/engines.md)
     host_reads: int = 0  # device -> host reads of sampled tokens (the static path: one per step)
     graph_captures: int = 0  # CUDA graphs captured (the static path: one per (rows, columns) bucket)

@@ -93,9 +93,7 @@ class KVSpec(NamedTuple):
     @property
     def column_bytes(self) -> int:
         """K and V of one token of one row, over every layer."""
-        return (
-            self.layers * 2 * self.kv_heads * self.head_dim * torch.empty(0, dtype=self.dtype).element_size()
-        )
+        return kv_budget.column_bytes(self.layers, self.kv_heads * self.head_dim, self.dtype.itemsize)
 
     @classmethod
     def of(cls, model) -> KVSpec:

@@ -38,7 +38,9 @@ def overlap_share() -> tuple[int, int]:
     trainer run at once, so each gets part of the cores instead of all of them (which would run
     twice as many threads as cores): the trainer half (at least one), the engines the rest, one
     core each. 2 cores: one engine process and one trainer thread (docs/overlap.md)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    from rao_core.engines import usable_cores
+
+    cores = usable_cores()
     trainer = max(1, cores // 2)
     return max(1, cores - trainer), trainer
 
