@@ -25,6 +25,10 @@ def test_the_bench_replays_the_rounds_forwards(tmp_path):
     rollout = float(re.search(r"\(a\) rollout: +([\d.]+) s", out).group(1))
     forward = float(re.search(r"\(b\) forward-only: +([\d.]+) s", out).group(1))
     ratio = float(re.search(r"rollout / forward-only = ([\d.]+)x", out).group(1))
-    assert forward > 0 and ratio == pytest.approx(rollout / forward, rel=0.1)  # printed rounded
+    # Each figure is printed to 0.1, so the ratio of the printed seconds may be off by their rounding
+    # (0.6 s printed may be 0.55 s): check the printed ratio against the interval rounding allows.
+    assert forward > 0.05
+    lowest, highest = (rollout - 0.05) / (forward + 0.05), (rollout + 0.05) / (forward - 0.05)
+    assert lowest - 0.05 <= ratio <= highest + 0.05
     assert "trees token for token as (a): True" in out  # engine processes = one engine in process
     assert (tmp_path / "bench" / "rollouts" / "round=0" / "nodes.parquet").is_file()
