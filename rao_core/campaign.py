@@ -24,6 +24,7 @@ from typing import Any
 from rao_core.config import ConfigError, PolicyConfig, TrainConfig
 from rao_core.engines.open import start_policy_processes
 from rao_core.engines.scope import EngineScope, engine_scope
+from rao_core.errors import scorer_is_broken
 from rao_core.eval.metrics import load_round, scorer_failures, summarize, summarize_eval
 from rao_core.run import Run
 from rao_core.scoring import no_signal, scores_summary
@@ -131,7 +132,7 @@ def _set_aside_broken(run: Run, versions: list[int], rollout: int | None = None)
         if not layout.complete(dest):
             continue
         failed, nodes, first = scorer_failures(dest)
-        if failed and 2 * failed >= nodes:
+        if scorer_is_broken(failed, nodes):
             lines.append((what, failed, nodes, first, set_aside(dest, "scorer-failed").name))
             if version == 0:  # MLflow's v0 is logged again, from the new evaluation
                 layout.logged_baseline.unlink(missing_ok=True)

@@ -35,6 +35,18 @@ class JudgeError(InfrastructureError):
     kind = "judge"
 
 
+def is_scorer_failure(status: str, finish_message: str) -> bool:
+    """Did the node end because its suite's scorer broke the reward contract (envs/base.py
+    ScorerError)? Such a node is an infra_error whose message starts with the kind, `scorer:`."""
+    return status == "infra_error" and finish_message.startswith("scorer:")
+
+
+def scorer_is_broken(failed: int, nodes: int) -> bool:
+    """A scorer that failed at half the nodes or more says nothing about the policy: a campaign
+    stops on such a partition (campaign.py) and a warm start refuses such expert trees."""
+    return failed > 0 and 2 * failed >= nodes
+
+
 def retrying(attempts: int) -> AsyncRetrying:
     """Retry a component call that raised, with exponential backoff (0.5 s, 1 s, 2 s, ... up to 8 s),
     re-raising the last error: `await retrying(3)(fn, *args)`. Only Exceptions are retried, so a

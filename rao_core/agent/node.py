@@ -35,25 +35,26 @@ from rao_core.errors import EngineError, InfrastructureError, retrying
 from rao_core.policy import Generation, GenerationRequest, NodeState, Policy
 from rao_core.status import NodeStatus
 
-_SCORER_FAILURES_SAID: list[str] = []  # the first scorer failure of this process (one command)
+_scorer_failure_said = False  # the first scorer failure of this process (one command) was said
 
 
 @contextlib.contextmanager
 def quiet_scorer_failures() -> Iterator[None]:
     """For a caller that says the failure itself (`rao train --check` refuses it in one line)."""
-    said = list(_SCORER_FAILURES_SAID)
-    _SCORER_FAILURES_SAID.append("quiet")
+    global _scorer_failure_said
+    said, _scorer_failure_said = _scorer_failure_said, True
     try:
         yield
     finally:
-        _SCORER_FAILURES_SAID[:] = said
+        _scorer_failure_said = said
 
 
 def say_first_scorer_failure(node_id: str, why: str) -> None:
     """A scorer bug is the suite's, and silent in the rows: the first of a command is said at once,
     on one line (the round's line counts the rest; rao_core/campaign.py stops a campaign on them)."""
-    if not _SCORER_FAILURES_SAID:
-        _SCORER_FAILURES_SAID.append(why)
+    global _scorer_failure_said
+    if not _scorer_failure_said:
+        _scorer_failure_said = True
         line = " ".join(why.split())
         print(
             f"scorer error, node {node_id}: {line} (the node fails as infra_error)",

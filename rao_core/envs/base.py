@@ -217,6 +217,12 @@ class Suite(ABC):
         self.dir = Path()
 
     @classmethod
+    def reads_demonstrator(cls) -> bool:
+        """Does the suite learn from a demonstrator function of the user's (warmstart.demonstrator,
+        as the dataset suite does) rather than only from an expert of its own?"""
+        return "warmstart.demonstrator" in cls.reads
+
+    @classmethod
     def labels(cls, args: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(splits, difficulties) this suite can serve with these arguments (a dataset's come from
         its rows)."""

@@ -46,7 +46,7 @@ class RunCheckError(ValueError):
 def has_expert(cls: type[Suite], warmstart: WarmStartConfig) -> bool:
     """Does the suite have a scripted expert to learn from: its own `expert()` or `demonstrator()`,
     or, for a suite that reads warmstart.demonstrator (a dataset), that setting?"""
-    if "warmstart.demonstrator" in cls.reads:
+    if cls.reads_demonstrator():
         return bool(warmstart.demonstrator) or cls.expert is not Suite.expert
     return cls.expert is not Suite.expert or cls.demonstrator is not Suite.demonstrator
 
@@ -62,17 +62,13 @@ def check_expert(cls: type[Suite], policy: PolicyConfig, warmstart: WarmStartCon
     demos = warmstart.demonstrations
     if demos and not Path(demos).exists():
         raise RunCheckError(f"warmstart.demonstrations: {demos!r}: no such file or folder")
-    if warmstart.demonstrator and "warmstart.demonstrator" in cls.reads:
+    if warmstart.demonstrator and cls.reads_demonstrator():
         try:
             import_object(warmstart.demonstrator, "warmstart.demonstrator")
         except SuiteError as e:
             raise RunCheckError(str(e)) from None
     if policy.model == "warmstart" and not demos and not has_expert(cls, warmstart):
-        more = (
-            " or warmstart.demonstrator (a function of yours)"
-            if "warmstart.demonstrator" in cls.reads
-            else ""
-        )
+        more = " or warmstart.demonstrator (a function of yours)" if cls.reads_demonstrator() else ""
         raise RunCheckError(
             f"policy.model: 'warmstart': {name} has no scripted expert to learn from; set "
             f"warmstart.demonstrations (a Parquet file or folder of trees){more} or write expert() (docs/own-task.md)"
@@ -90,7 +86,7 @@ def model_warnings(cls: type[Suite], policy: PolicyConfig, warmstart: WarmStartC
         return []
     if not is_shipped(policy.model):
         return []
-    if "warmstart.demonstrator" in cls.reads:
+    if cls.reads_demonstrator():
         warm = "a warm start from a demonstrator of yours (policy.model=warmstart, warmstart.demonstrator=module:function)"
     elif has_expert(cls, warmstart):
         warm = "a warm start from the suite's expert (policy.model=warmstart)"

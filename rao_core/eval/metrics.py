@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from rao_core.errors import is_scorer_failure
 from rao_core.layout import RunLayout
 from rao_core.store.files import write_json
 from rao_core.store.parquet import read_partition
@@ -116,7 +117,7 @@ def summarize(table: pa.Table) -> dict:
         "nodes": len(rows),
         "infra_failed_nodes": len(infra),
         # of those, nodes whose scorer broke the reward contract (envs/base.py success_value)
-        "scorer_failed_nodes": sum(r["finish_message"].startswith("scorer:") for r in infra),
+        "scorer_failed_nodes": sum(is_scorer_failure(r["status"], r["finish_message"]) for r in infra),
         "infra_failed_trees": len({r["tree_id"] for r in rows if r["tree_status"] == "infra_error"}),
         # the policy's failures, by how the node ended ("finished": it answered, and scored below 1)
         "policy_failed_nodes": dict(Counter(r["status"] for r in unsolved)),
@@ -135,7 +136,7 @@ def scorer_failures(dest: Path) -> tuple[int, int, str]:
     """(nodes whose scorer broke the reward contract, nodes, the first such node and its message)
     of a complete partition (envs/base.py success_value; `scorer:` is its failure kind)."""
     rows = read_partition(dest, "nodes").select(["node_id", "status", "finish_message"]).to_pylist()
-    failed = [r for r in rows if r["status"] == "infra_error" and r["finish_message"].startswith("scorer:")]
+    failed = [r for r in rows if is_scorer_failure(r["status"], r["finish_message"])]
     first = (
         f"node {failed[0]['node_id']}: {failed[0]['finish_message'].removeprefix('scorer: ')}"
         if failed

@@ -18,6 +18,7 @@ from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.tree import TreeRun, TreeSpec
 from rao_core.config import AgentConfig, WarmStartConfig
 from rao_core.envs.base import Suite
+from rao_core.errors import is_scorer_failure, scorer_is_broken
 from rao_core.policy import Policy
 from rao_core.sampler import Sampler
 
@@ -51,11 +52,7 @@ def expert_examples(
     or more, or trees with no successful node at all, are a one-line ValueError: nothing to learn."""
     expert = suite.demonstrator(cfg)
     if expert is None:
-        more = (
-            " or warmstart.demonstrator (a function of yours)"
-            if "warmstart.demonstrator" in suite.reads
-            else ""
-        )
+        more = " or warmstart.demonstrator (a function of yours)" if suite.reads_demonstrator() else ""
         raise ValueError(
             f"warmstart.demonstrations: suite {suite.ctx.suite} has no scripted expert: give a Parquet of "
             f"demonstration trees (the nodes schema, e.g. a rollout folder){more}"
@@ -83,8 +80,8 @@ def expert_examples(
     records = [r for _, run in runs for r in run.records]
     warn_long_replies(records, suite.ctx.agent.max_new_tokens)
     counts = tree_counts(runs, kept, len(rows))
-    scorer = [r for r in records if r.status == "infra_error" and r.finish_message.startswith("scorer:")]
-    if scorer and 2 * len(scorer) >= len(records):
+    scorer = [r for r in records if is_scorer_failure(r.status, r.finish_message)]
+    if scorer_is_broken(len(scorer), len(records)):
         raise ValueError(
             f"warm start: the suite's scorer failed at {len(scorer)} of {len(records)} nodes of the expert's "
             f"trees, as at node {scorer[0].node_id}: {scorer[0].finish_message.removeprefix('scorer: ')} "

@@ -275,9 +275,9 @@ def warm_start(
     if data_path.is_file():
         rows = [json.loads(line) for line in data_path.read_text().splitlines()]
     else:
-        trees = {"examples": 0}
-        if cfg.demonstrations:
+        if cfg.demonstrations:  # no trees of ours: only the examples are counted
             rows = demonstration_examples(cfg, len(tok))
+            trees = {"examples": len(rows)}
         else:
             chat = ChatFraming(tok, suite.ctx.policy.chat_template_kwargs)
             rows, trees = expert_examples(cfg, chat, suite)

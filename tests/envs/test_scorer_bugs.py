@@ -15,6 +15,7 @@ import pytest
 
 from flows.cli import main
 from rao_core.agent import node
+from rao_core.errors import is_scorer_failure, scorer_is_broken
 from rao_core.eval.metrics import summarize
 from rao_core.stages.report import failure_counts
 from rao_core.store.schema import NODE_SCHEMA
@@ -66,7 +67,7 @@ PercentSuite, TypoSuite, NeverSuite, GoodSuite = map(suite_of, (Percent, Typo, N
 @pytest.fixture
 def scorers(user_pkg, monkeypatch):
     (user_pkg / "usertasks" / "scorers.py").write_text(SCORERS)
-    monkeypatch.setattr(node, "_SCORER_FAILURES_SAID", [])  # a fresh command
+    monkeypatch.setattr(node, "_scorer_failure_said", False)  # a fresh command
     return "usertasks.scorers"
 
 
@@ -142,6 +143,26 @@ def test_the_rounds_line_counts_the_scorers_failures_apart():
         "policy failures 3 nodes (budget 1, finished below 1 1, loop 1), scorer failures 1 nodes, other "
         "infrastructure failures 1 nodes (trees left out of training: 2)"
     )
+
+
+def test_the_one_rule_for_a_broken_scorer():
+    """A scorer failure is an infra_error of kind `scorer:`; half the nodes or more is broken (the
+    rule campaign.py stops on and the warm start refuses on)."""
+    assert is_scorer_failure("infra_error", "scorer: suite x returned 7")
+    assert not is_scorer_failure("infra_error", "engine: gone") and not is_scorer_failure(
+        "finished", "scorer: x"
+    )
+    cases = [
+        (0, 0, False),
+        (0, 5, False),
+        (1, 3, False),
+        (2, 5, False),
+        (1, 2, True),
+        (3, 5, True),
+        (4, 4, True),
+    ]
+    for failed, nodes, broken in cases:
+        assert scorer_is_broken(failed, nodes) is broken, (failed, nodes)
 
 
 @pytest.mark.parametrize(

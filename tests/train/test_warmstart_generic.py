@@ -68,6 +68,7 @@ def test_demonstrations_from_a_parquet_of_trees(tmp_path):
 
     metrics = warm_start(ws, tmp_path / "ws", open_suite(run))
     assert metrics["data"]["examples"] > 0 and metrics["train"]["steps"] == 2
+    assert metrics["data"]["trees"] == {"examples": metrics["data"]["examples"]}  # no trees of ours
     bad = WarmStartConfig(demonstrations=str(tmp_path / "nope"), eval_tasks=0, **TINY, **SHORT)
     with pytest.raises(ValueError, match="warmstart.demonstrations: .*no such file or folder"):
         warm_start(bad, tmp_path / "ws2", open_suite(run))
