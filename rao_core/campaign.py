@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from rao_core import interrupts
 from rao_core.config import ConfigError, PolicyConfig, TrainConfig
 from rao_core.engines.open import start_policy_processes
 from rao_core.engines.scope import EngineScope, engine_scope
@@ -187,6 +188,7 @@ def wait_until(
     instead of hanging."""
     deadline = time.monotonic() + timeout_s
     while True:
+        interrupts.check()  # a signal ends the waiting lane, whatever became of the other
         if why := stopped():  # first: a lane told to stop starts nothing more
             raise LaneStopped(f"stopped waiting for {what}: {why}")
         if ready():

@@ -68,7 +68,26 @@ def install() -> None:
     if threading.current_thread() is threading.main_thread():
         for signum in NAMES:
             signal.signal(signum, _on_signal)
+        if sys.unraisablehook is not _unraisable:
+            _unraisable.previous = sys.unraisablehook  # type: ignore[attr-defined]
+            sys.unraisablehook = _unraisable
         _installed.append(True)
+
+
+def check() -> None:
+    """Raise Interrupted if `rao`'s handler took a signal in this process. The handler raises it in
+    the main thread wherever that thread is, but when it runs inside a finalizer (a `__del__`, a
+    generator closed by the garbage collector) Python drops the exception: the places a command
+    passes often (a stage's start, a training step, a wait for the other lane) raise it again."""
+    if _received:
+        raise Interrupted(_received[0], _where.get("stage"))
+
+
+def _unraisable(unraisable: Any) -> None:
+    """`sys.unraisablehook`: an Interrupted that a finalizer dropped is not printed as an ignored
+    exception (a traceback); `check` raises it again at the next of those places."""
+    if not isinstance(unraisable.exc_value, Interrupted):
+        _unraisable.previous(unraisable)  # type: ignore[attr-defined]
 
 
 def reinstall() -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rao_core import runlock
+from rao_core import interrupts, runlock
 from rao_core.agent.prompts import ChatFraming
 from rao_core.config import AgentConfig
 from rao_core.engines.open import open_judge_engine, open_policy_engine
@@ -26,6 +26,7 @@ from rao_core.verdicts import Judge
 def note(run: Run, what: str) -> None:
     """Say which stage the run folder's writer is at (`rao status`, a refused second writer)."""
     runlock.note_stage(run.dir, what)
+    interrupts.check()  # a signal whose exception a finalizer dropped ends the command here
 
 
 # -- shards ------------------------------------------------------------------------------------

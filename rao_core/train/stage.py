@@ -36,10 +36,9 @@ import torch
 import yaml
 from transformers import AutoConfig, AutoTokenizer, TrainerCallback
 
-from rao_core import checkpoints, runlock
+from rao_core import checkpoints, interrupts, runlock
 from rao_core.checkpoints import is_complete
 from rao_core.engines.probe import write_probe
-from rao_core.interrupts import run_in_own_session
 from rao_core.layout import METRICS
 from rao_core.models.loading import LOADING, load_causal_lm
 from rao_core.models.locate import adapter_base, is_adapter
@@ -222,6 +221,7 @@ class NoteSteps(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         runlock.note_progress(self.run_dir, f"step {state.global_step} of {state.max_steps}")
+        interrupts.check()  # a signal whose exception a finalizer dropped ends the training here
 
 
 def _write_checkpoint(
@@ -333,7 +333,9 @@ def launch_round(
         cmd += ["--origin", str(origin)] if origin else []
         cmd += ["--tokenizer", str(tokenizer)] if tokenizer else []
         # an interrupt ends the ranks too; `rao status` says the stage runs launched
-        run_in_own_session(cmd, {**os.environ, **env}, lambda: runlock.note_progress(run_dir, "launched"))
+        interrupts.run_in_own_session(
+            cmd, {**os.environ, **env}, lambda: runlock.note_progress(run_dir, "launched")
+        )
     if not is_complete(out_path):
         raise RuntimeError(
             f"the launched training stage finished without a complete checkpoint at {out_path}"
