@@ -57,6 +57,7 @@ class Interrupted(KeyboardInterrupt):
 
 _received: list[int] = []  # the signals `rao`'s handler received in this process
 _where: dict[str, str] = {}  # the run folder written and its stage (runlock), for the exit line
+_stage_at_signal: list[str] = []  # the stage when the first signal came (the exit line names it)
 _in_loop: list[int] = []  # the signals the running `run_async` loop received
 _installed: list[bool] = []  # whether `install` ran in this process
 _loops: dict[int, Callable[[], None]] = {}  # thread -> cancels its running `run_async` loop
@@ -80,7 +81,7 @@ def check() -> None:
     generator closed by the garbage collector) Python drops the exception: the places a command
     passes often (a stage's start, a training step, a wait for the other lane) raise it again."""
     if _received:
-        raise Interrupted(_received[0], _where.get("stage"))
+        raise Interrupted(_received[0], stage_at_signal())
 
 
 def _unraisable(unraisable: Any) -> None:
@@ -124,9 +125,16 @@ def exit_code(signum: int) -> int:
     return 128 + signum  # 130 for SIGINT, 143 for SIGTERM: what a shell reports
 
 
+def stage_at_signal() -> str | None:
+    """The stage the command was at when the first signal came (both lanes' when rounds overlap:
+    a lane that ends first leaves the record before the command's last line)."""
+    return _stage_at_signal[0] if _stage_at_signal else _where.get("stage")
+
+
 def exit_line(signum: int) -> str:
     """The one line an interrupted command ends with: where it stopped, and what is kept."""
-    said = f"interrupted ({NAMES.get(signum, signum)})" + (f" during {_where['stage']}" if _where else "")
+    stage = stage_at_signal()
+    said = f"interrupted ({NAMES.get(signum, signum)})" + (f" during {stage}" if stage else "")
     if "run_dir" not in _where:
         return f"{said}: no run folder was written yet"
     layout = RunLayout(Path(_where["run_dir"]))
@@ -135,6 +143,8 @@ def exit_line(signum: int) -> str:
 
 def count(signum: int) -> None:
     """`rao`'s bookkeeping of a signal: the second stops at once, the first starts the grace timer."""
+    if not _received and "stage" in _where:
+        _stage_at_signal.append(_where["stage"])
     _received.append(signum)
     if len(_received) > 1:
         stop_now(signum, "a second signal")
@@ -146,7 +156,7 @@ def count(signum: int) -> None:
 def _on_signal(signum: int, frame: object) -> None:
     count(signum)
     cancel_loops()  # the engine lane's trees, when rounds overlap
-    raise Interrupted(signum, _where.get("stage"))
+    raise Interrupted(signum, stage_at_signal())
 
 
 def cancel_loops() -> None:
@@ -218,11 +228,11 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
             signal.signal(signum, handler)
     if got:  # cancelled (or done before the cancellation reached it): now the signal's handler
         if displaced[got[0]] is _on_signal:
-            raise Interrupted(got[0], _where.get("stage"))
+            raise Interrupted(got[0], stage_at_signal())
         displaced[got[0]](got[0], None)
         raise KeyboardInterrupt(f"signal {got[0]}")  # a handler that did not raise
     if _received:  # a signal `rao` took in the main thread while this (another thread's) loop ran
-        raise Interrupted(_received[0], _where.get("stage"))
+        raise Interrupted(_received[0], stage_at_signal())
     return result
 
 

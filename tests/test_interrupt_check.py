@@ -28,6 +28,7 @@ FINALIZER = textwrap.dedent(
     from rao_core import interrupts
 
     interrupts.install()
+    interrupts.note("training of round 0, rollout of round 1 (1 of 2 trees)")
 
     class Dropped:
         def __del__(self):
@@ -37,11 +38,13 @@ FINALIZER = textwrap.dedent(
 
     Dropped()  # finalized at once: what it raises is printed as ignored, or not at all
     print("went on after the finalizer", flush=True)
+    interrupts.note("training of round 0 (step 2 of 4)")  # the engine lane has ended meanwhile
     try:
         interrupts.check()
         print("check: nothing received", flush=True)
     except interrupts.Interrupted as e:
-        print(f"check raised Interrupted({{e.signum}})", flush=True)
+        print(f"check raised Interrupted({{e.signum}}): {{e}}", flush=True)
+        print(interrupts.exit_line(e.signum), flush=True)
     """
 )
 
@@ -54,7 +57,13 @@ def run_script(body: str) -> subprocess.CompletedProcess:
 def test_a_signal_dropped_by_a_finalizer_is_raised_again_by_check_and_not_printed():
     got = run_script("os.kill(os.getpid(), signal.SIGTERM)")
     assert got.returncode == 0, got.stderr
-    assert got.stdout.splitlines() == ["went on after the finalizer", "check raised Interrupted(15)"]
+    assert got.stdout.splitlines() == [
+        "went on after the finalizer",
+        "check raised Interrupted(15): SIGTERM during training of round 0, rollout of round 1 (1 of 2 trees)",
+        # the stages when the signal came, both lanes', not the stage the command had reached since
+        "interrupted (SIGTERM) during training of round 0, rollout of round 1 (1 of 2 trees): no run folder "
+        "was written yet",
+    ]
     assert got.stderr == ""  # no "Exception ignored in ...", no traceback
 
 
