@@ -60,6 +60,7 @@ _where: dict[str, str] = {}  # the run folder written and its stage (runlock), f
 _stage_at_signal: list[str] = []  # the stage when the first signal came (the exit line names it)
 _in_loop: list[int] = []  # the signals the running `run_async` loop received
 _installed: list[bool] = []  # whether `install` ran in this process
+_unraisable_before: list[Callable[[Any], None]] = []  # sys.unraisablehook before `install`
 _loops: dict[int, Callable[[], None]] = {}  # thread -> cancels its running `run_async` loop
 _stops: dict[int, threading.Event] = {}  # thread -> its stop (`stoppable`)
 
@@ -70,7 +71,7 @@ def install() -> None:
         for signum in NAMES:
             signal.signal(signum, _on_signal)
         if sys.unraisablehook is not _unraisable:
-            _unraisable.previous = sys.unraisablehook  # type: ignore[attr-defined]
+            _unraisable_before[:] = [sys.unraisablehook]
             sys.unraisablehook = _unraisable
         _installed.append(True)
 
@@ -88,7 +89,7 @@ def _unraisable(unraisable: Any) -> None:
     """`sys.unraisablehook`: an Interrupted that a finalizer dropped is not printed as an ignored
     exception (a traceback); `check` raises it again at the next of those places."""
     if not isinstance(unraisable.exc_value, Interrupted):
-        _unraisable.previous(unraisable)  # type: ignore[attr-defined]
+        _unraisable_before[0](unraisable)
 
 
 def reinstall() -> None:

@@ -2,7 +2,7 @@
 
 `rao`'s handler raises Interrupted in the main thread wherever it is; when that is inside a
 finalizer (a `__del__`, a generator the garbage collector closes), Python prints the exception as
-ignored and carries on. CI met it once: SIGTERM while round 0 trained beside round 1's rollout
+ignored and carries on. Two clean-clone test runs met it: SIGTERM while round 0 trained beside round 1's rollout
 (campaign.max_staleness=1); the training went on, and the trainer's wait for round 1 raised the
 lane's error (exit 1, a traceback) instead of ending in one line with 143. `interrupts.check`
 raises it again at a stage's start, a training step and each wait for the other lane."""
