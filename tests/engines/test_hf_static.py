@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import time
 
 import numpy as np
 import pytest
@@ -170,11 +171,25 @@ def graphed_engine(kv_heads: int = 2, rows: int = 8, columns: int = 700, **kw) -
 
 
 def generate(engine: HFEngine, requests, stagger: int = 0) -> list:
-    """Every request's generation; with `stagger`, request i arrives after i x stagger steps."""
+    """Every request's generation; with `stagger`, request i arrives after i x stagger steps. The
+    engine's forward number n waits for the requests due by then, so they join one by one however
+    loaded the machine is (polling alone let two join at once when a poll came late)."""
+    arrived = [0]
+    if stagger:
+        count_forward = engine._count_forward
+
+        def gated(rows: int) -> None:
+            due = sum(i * stagger <= engine.stats.batches for i in range(len(requests)))
+            while arrived[0] < due:
+                time.sleep(0.001)
+            count_forward(rows)
+
+        engine._count_forward = gated
 
     async def one(i, r):
         while engine.stats.batches < i * stagger:
             await asyncio.sleep(0.001)
+        arrived[0] += 1
         return await engine.generate(r)
 
     async def go():
