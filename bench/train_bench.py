@@ -65,19 +65,21 @@ def build_model(preset: str, seed: int = 0):
     return Qwen3ForCausalLM(cfg)
 
 
-def build_rows(n: int, length: int, vocab: int, seed: int = 0):
-    """Node-like rows: a 64-token prompt, then 48-token actions and 32-token observations."""
+def build_rows(n: int, length: int, vocab: int, seed: int = 0, shape: tuple[int, int, int] = (64, 48, 32)):
+    """Node-like rows: a prompt, then actions and observations in turn (`shape`: their token counts;
+    the default 64, 48, 32; `--shape small` is a textcraft-small node's 160, 13, 15, 21% actions)."""
     import numpy as np
 
     from rao_core.train.samples import make_row
 
+    prompt, action, observation = shape
     rng = np.random.default_rng(seed)
     rows = []
     for i in range(n):
         ids = rng.integers(3, vocab, length)
         mask = np.zeros(length, dtype=np.int8)
-        for start in range(64, length, 80):
-            mask[start : start + 48] = 1
+        for start in range(prompt, length, action + observation):
+            mask[start : start + action] = 1
         logprobs = np.where(mask == 1, -rng.uniform(0.1, 4.0, length), 0.0).astype(np.float32)
         rows.append(make_row(f"n{i:04d}", ids, mask, logprobs, float(rng.choice([-1.0, 0.5, 1.0]))))
     return rows
@@ -185,6 +187,8 @@ def side(args) -> dict:
     return out
 
 
+SHAPES = {"default": (64, 48, 32), "small": (160, 13, 15)}  # prompt, action, observation tokens
+
 VARIANTS = {
     "cuda": [
         "h200-run:max_tokens_per_microbatch=2048,fused_adamw=false,gradient_checkpointing=true",
@@ -235,6 +239,20 @@ def plan_gib(model, cfg) -> float:
         return memory.plan(cfg, policy, Path(folder), memory.devices()).total("train")
 
 
+def matmul_gflops(dtype, threads: int) -> float:
+    """This machine's rate for one 4096 x 576 x 1536 matmul (a 135M model's MLP shape) in `dtype`:
+    the ceiling the training step's TFLOP/s is read against."""
+    import torch
+
+    a, b = torch.randn(4096, 576, dtype=dtype), torch.randn(576, 1536, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    n, t0 = 20, time.perf_counter()
+    for _ in range(n):
+        a @ b
+    return 2 * 4096 * 576 * 1536 * n / (time.perf_counter() - t0) / 1e9
+
+
 def throughput(args) -> None:
     """Every variant in this process, on the same model and rows; ratios against the first."""
     import torch
@@ -245,13 +263,29 @@ def throughput(args) -> None:
     if device == "cpu":
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    with torch.device(device):  # a 4B init on the GPU takes seconds, on a CPU minutes
-        model = build_model(args.preset)
-    tok, rows = tiny_tokenizer(), build_rows(args.rows, args.length, PRESETS[args.preset][6])
+    if args.model:  # a real checkpoint (a shipped name, smollm2-135m, a folder, a hub id), in float32
+        from transformers import AutoTokenizer
+
+        from rao_core.models.loading import load_causal_lm
+        from rao_core.models.locate import local_model
+
+        folder = local_model(args.model)
+        model = load_causal_lm(folder, dtype=torch.float32).to(device)
+        tok, what = AutoTokenizer.from_pretrained(folder, local_files_only=True), args.model
+    else:
+        with torch.device(device):  # a 4B init on the GPU takes seconds, on a CPU minutes
+            model = build_model(args.preset)
+        tok, what = tiny_tokenizer(), f"preset {args.preset} {PRESETS[args.preset]}"
+    shape = SHAPES[args.shape]
+    rows = build_rows(args.rows, args.length, model.config.vocab_size, shape=shape)
+    actions = sum(r.action_tokens for r in rows) / sum(r.length for r in rows)
     print(
-        f"throughput: preset {args.preset} {PRESETS[args.preset]}, {args.rows} rows x {args.length} tokens, "
+        f"throughput: {what}, {args.rows} rows x {args.length} tokens ({args.shape}: {actions:.0%} action tokens), "
         f"{torch.cuda.get_device_name() if device == 'cuda' else f'CPU, {args.threads} threads'}"
     )
+    if device == "cpu":
+        fp32, bf16 = matmul_gflops(torch.float32, args.threads), matmul_gflops(torch.bfloat16, args.threads)
+        print(f"this CPU's 4096x576x1536 matmul: {fp32:,.0f} GFLOP/s fp32, {bf16:,.0f} GFLOP/s bf16")
     base = None
     for spec in args.variant or VARIANTS[device]:
         name, cfg = variant(spec, device)
@@ -339,6 +373,10 @@ def main() -> None:
         "--threads", type=int, default=1, help="CPU torch threads (1 is steadier on a busy machine)"
     )
     p.add_argument("--throughput", action="store_true", help="tokens/s, TFLOP/s, MFU, memory per variant")
+    p.add_argument("--model", help="--throughput: a real checkpoint instead of a preset (e.g. smollm2-135m)")
+    p.add_argument(
+        "--shape", default="default", choices=sorted(SHAPES), help="rows' prompt/action/observation lengths"
+    )
     p.add_argument(
         "--variant", action="append", help="--throughput: NAME:key=value,... (TrainConfig; repeatable)"
     )

@@ -104,6 +104,7 @@ def _checked(args: argparse.Namespace):
     """Every check that needs no work: values, files, and what the run folder already holds (read
     only). With --check, print the resolved configuration and stop: nothing runs, nothing is written."""
     from rao_core import campaign, memory, resume
+    from rao_core.models import locate
     from rao_core.run import Run
 
     cfg = Run.load(args.config, args.overrides).config  # the flow started next gets this same Run
@@ -119,6 +120,8 @@ def _checked(args: argparse.Namespace):
     campaign.check_overlap(
         cfg.policy, cfg.train, cfg.campaign.max_staleness
     )  # rounds that overlap: engines and trainer on devices they can share
+    if cfg.policy.kind != "scripted":  # a .gguf converted, a hub id downloaded: once, before any stage
+        locate.prepare(cfg.policy.model, cfg.policy.tokenizer, cfg.warmstart.init_model)
     plan = memory.check(cfg.policy, cfg.train)  # refuses a plan that cannot fit, with the numbers
     if not args.check:
         _free(cfg)

@@ -9,8 +9,8 @@ one rename). Torch-free: the tensors themselves are rao_core/train/state.py's.
     runs/<run>/checkpoints/warmstart/model/      a warm start trained in the run (version 0)
 
 Version 0 is `policy.model`: a checkpoint shipped in rao_core/models/checkpoints, a local folder,
-a cached hub id (rao_core/models/locate.py), 'warmstart' (the run's own) or 'tiny' (the untrained
-bootstrap model, built on first use).
+a hub id (downloaded on first use: rao_core/models/locate.py), 'warmstart' (the run's own) or
+'tiny' (the untrained bootstrap model, built on first use).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ OPTIMIZER = "optimizer.pt"
 
 def initial_model(name: str, run_dir: Path) -> Path:
     """Policy version 0 of the run in `run_dir`: a shipped checkpoint by name, a local folder, a
-    cached hub id, or the run's own warm start."""
+    hub id (downloaded on first use), or the run's own warm start."""
     if is_shipped(name) or Path(name).is_dir():
         return local_model(name)
     if name == "warmstart":

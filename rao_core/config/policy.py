@@ -25,15 +25,15 @@ class PolicyConfig:
         "taught to walk tasks inline at the root, for RL to teach delegation: 44% held-out before RL, "
         "86-94% after the default 12 rounds; small-warmstart-7500: delegates, 98% held-out before RL; "
         "small-warmstart-long: 94%; small-warmstart: 67%; small-inline-root: the inline start of a "
-        "weaker copier, 27%), a local folder, a hub id in the local Hugging Face cache, 'warmstart' "
-        "(train one in this run) or 'tiny' (untrained bootstrap model)",
+        "weaker copier, 27%), a local folder, a hub id (Org/Name[@revision], downloaded on first "
+        "use), 'warmstart' (train one in this run) or 'tiny' (untrained bootstrap model)",
         min_length=1,
     )
     tokenizer: str = opt(
         "auto",
         "auto: the model's own tokenizer (the scripted policy: 'tiny'); else 'tiny', a shipped "
-        "checkpoint, a local folder or a cached hub id, used by every stage and copied into each "
-        "checkpoint the trainer writes",
+        "checkpoint, a local folder or a hub id (downloaded on first use), used by every stage and "
+        "copied into each checkpoint the trainer writes",
         min_length=1,
     )
     chat_template_kwargs: dict[str, Any] = opt(

@@ -28,8 +28,8 @@ class WarmStartConfig:
     context: Int = opt(2048, "max tokens per node (model positions, runtime budget, SFT max length)", ge=256)
     init_model: str = opt(
         "",
-        "fine-tune this checkpoint (a shipped name or a local folder) instead of a fresh model; the "
-        "model settings above and the copy drill are then unused",
+        "fine-tune this checkpoint (a shipped name, a local folder or a hub id, downloaded on first "
+        "use) instead of a fresh model; the model settings above and the copy drill are then unused",
     )
     demonstrations: str = opt(
         "",

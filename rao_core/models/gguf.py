@@ -14,7 +14,10 @@ The cache key is the file's content hash, so a changed file converts again and a
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import sys
+import uuid
 from pathlib import Path
 
 CONVERTED_DTYPE = "bfloat16"
@@ -31,7 +34,7 @@ def content_key(path: Path, chunk: int = 1 << 22) -> str:
 def converted(gguf: Path, cache_root: Path) -> Path:
     """The checkpoint folder converted from `gguf` (built on first use, atomically), its path printed."""
     gguf = Path(gguf)
-    dest = Path(cache_root) / f"{gguf.stem}-{content_key(gguf)}"
+    dest = Path(cache_root).resolve() / f"{gguf.stem}-{content_key(gguf)}"
     if (dest / "config.json").is_file():
         return dest
     try:
@@ -51,7 +54,6 @@ def convert(gguf: Path, dest: Path) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from rao_core.models.loading import LOADING
-    from rao_core.models.tiny import save_checkpoint
 
     folder, name = str(gguf.parent), gguf.name
     with LOADING:  # one from_pretrained at a time in a process (loading.py)
@@ -66,10 +68,19 @@ def convert(gguf: Path, dest: Path) -> None:
     missing, unexpected = model.load_state_dict(quantized.state_dict(), strict=False)
     missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
     if missing or unexpected:
-        raise ValueError(f"{gguf.name}: converted weights do not fit the config: {missing[:3]} {unexpected[:3]}")
+        raise ValueError(
+            f"{gguf.name}: converted weights do not fit the config: {missing[:3]} {unexpected[:3]}"
+        )
     model.tie_weights()
     for p in model.parameters():  # parameters only: float32 buffers (RoPE) stay as they are
         p.data = p.data.to(getattr(torch, CONVERTED_DTYPE))
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
-    save_checkpoint(model.eval(), tokenizer, dest, replace=False)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".{dest.name}.tmp-{uuid.uuid4().hex[:8]}"  # whole, or not there at all
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    try:
+        os.rename(tmp, dest)
+    except OSError:  # another process converted the same file meanwhile: the same checkpoint
+        shutil.rmtree(tmp, ignore_errors=True)

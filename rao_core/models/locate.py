@@ -141,6 +141,15 @@ def local_model(name: str) -> Path:
     raise FileNotFoundError(not_found(name))
 
 
+def prepare(*names: str) -> None:
+    """Convert or download, now, every model a command names (policy.model, policy.tokenizer,
+    warmstart.init_model), so that it happens once, before any stage, with its progress shown;
+    names built in a run ('tiny', 'warmstart', 'auto', '') are left to the run."""
+    for name in names:
+        if name and name not in ("tiny", "warmstart", "auto") and not is_shipped(name):
+            local_model(name)
+
+
 def is_adapter(path: Path) -> bool:
     """A LoRA checkpoint (peft's adapter folder, served over its base) rather than a whole model."""
     return (Path(path) / "adapter_config.json").is_file()

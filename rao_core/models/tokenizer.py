@@ -105,8 +105,8 @@ def tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
 
 
 def load_tokenizer(name: str | Path) -> PreTrainedTokenizerBase:
-    """'tiny' (trained here), a shipped checkpoint, a local folder or a cached hub id (nothing is
-    downloaded); it must have a chat template, which frames every node's conversation."""
+    """'tiny' (trained here), a shipped checkpoint, a local folder or a hub id (downloaded on first
+    use); it must have a chat template, which frames every node's conversation."""
     if str(name) == "tiny":
         return tiny_tokenizer()
     from transformers import AutoTokenizer  # 3-4 s of imports: not for the tiny one (`--check`)

@@ -49,7 +49,7 @@ def trainer_threads(train: TrainConfig) -> Iterator[None]:
     overlap_share), so that it and the engine processes do not run more threads than cores."""
     import torch
 
-    from rao_core.train.trainer import resolve_device
+    from rao_core.train.trl_args import resolve_device
 
     if resolve_device(train) != "cpu":
         yield

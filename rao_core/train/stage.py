@@ -45,7 +45,8 @@ from rao_core.models.locate import adapter_base, is_adapter
 from rao_core.models.tokenizer import load_tokenizer
 from rao_core.train import state
 from rao_core.train.samples import read_rows
-from rao_core.train.trainer import TrainConfig, lora_config, resolve_device, train_rows, world
+from rao_core.train.trainer import TrainConfig, lora_config, train_rows, world
+from rao_core.train.trl_args import resolve_device
 
 log = logging.getLogger(__name__)
 

@@ -17,13 +17,13 @@ takes its share of each optimiser step (`rank_batches`); the prepared model all-
 
 from __future__ import annotations
 
-import os
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import torch
+import trl.trainer.utils as trl_utils
 from accelerate.utils import DistributedType, is_peft_model
 from datasets import Dataset
 from torch.utils.data import DataLoader
@@ -41,6 +41,7 @@ from rao_core.config import TrainConfig
 from rao_core.train.flops import flop_shape, train_flops
 from rao_core.train.round_metrics import round_metrics
 from rao_core.train.samples import Row, collate, logprob_temperature, plan_steps
+from rao_core.train.trl_args import grpo_args, lora_config, world
 from rao_core.versions import require_tested
 
 # RAOTrainer overrides TRL's private `_prepare_inputs`, `_get_per_token_logps_and_entropies` and
@@ -50,94 +51,13 @@ require_tested(
     "trl", "1.16.0", "rao_core.train.trainer (GRPOTrainer's private methods)", "tests/train/test_loss.py"
 )
 
-
-def world() -> tuple[int, int]:
-    """(rank, number of processes) as `accelerate launch` / torchrun set them; (0, 1) when not launched.
-
-    Read from the environment because the micro-batches must be dealt before TRL's config (which
-    would know them too) can be built: its gradient accumulation depends on the deal.
-    """
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def resolve_device(cfg: TrainConfig) -> str:
-    if cfg.device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return cfg.device
-
-
-def adamw_name(cfg: TrainConfig, device: str) -> str:
-    """TRL's optimizer: AdamW's fused kernel on CUDA, the plain one elsewhere (the CPU round stays
-    bit for bit what it was); `train.fused_adamw` overrides. The fused step updates in place, the
-    same update up to rounding, where the plain (foreach) step allocates two full-size temporaries
-    one after the other: 4 B/param on top of the 16 of master weights, gradients and moments, at
-    the training peak (docs/training.md, "Throughput")."""
-    fused = device.startswith("cuda") if cfg.fused_adamw is None else cfg.fused_adamw
-    return "adamw_torch_fused" if fused else "adamw_torch"
-
-
-def lora_config(cfg: TrainConfig) -> Any:
-    """A peft LoraConfig, or a clear error: peft is an optional dependency."""
-    try:
-        from peft import LoraConfig
-    except ImportError as e:
-        raise ImportError("train.lora=true needs the optional package peft: pip install -e '.[lora]'") from e
-    return LoraConfig(
-        r=cfg.lora_r,
-        lora_alpha=cfg.lora_alpha,
-        lora_dropout=cfg.lora_dropout,
-        target_modules=list(cfg.lora_targets),
-        task_type="CAUSAL_LM",
-    )
-
-
-def grpo_args(
-    cfg: TrainConfig, output_dir: Path, accum: int, max_completion: int, temperature: float = 1.0
-) -> GRPOConfig:
-    """TRL's config for one round: one optimiser step per `accum` micro-batches, nothing saved or reported.
-
-    `temperature` is the one the rows were sampled at (samples.logprob_temperature): TRL divides
-    the logits by it before the log-softmax, as the sampler did.
-
-    `per_device_train_batch_size` and `num_generations` are placeholders that satisfy GRPOConfig's
-    checks (generation batch divisible by the group size); our dataloader ignores them.
-    """
-    device = resolve_device(cfg)
-    bf16 = device.startswith("cuda") if cfg.bf16 is None else cfg.bf16
-    return GRPOConfig(
-        output_dir=str(output_dir),
-        loss_type=cfg.loss_type,
-        epsilon=cfg.clip_low,
-        epsilon_high=cfg.clip_high,
-        beta=0.0,  # TRL would load its reference from the round's input path; RAOTrainer sets beta itself
-        temperature=temperature,
-        learning_rate=cfg.lr,
-        adam_beta1=cfg.betas[0],
-        adam_beta2=cfg.betas[1],
-        weight_decay=cfg.weight_decay,
-        max_grad_norm=cfg.max_grad_norm,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        optim=adamw_name(cfg, device),
-        bf16=bf16,
-        fp16=False,
-        use_cpu=device == "cpu",
-        gradient_checkpointing=cfg.gradient_checkpointing,
-        gradient_accumulation_steps=accum,
-        per_device_train_batch_size=2,
-        num_generations=2,
-        num_train_epochs=1,
-        max_completion_length=max_completion,
-        shuffle_dataset=False,
-        disable_dropout=True,
-        seed=cfg.seed,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        ddp_find_unused_parameters=False,  # every weight is in the loss's graph (DDP skips a graph walk)
-    )
+# TRL's fused LM head scores only the labelled positions where Triton runs (CUDA) and every position
+# elsewhere: on a CPU the head's tiles then cover the prompt and the observations too. The rows below
+# label only the action tokens (the only ones the loss reads), so scoring just those is the same
+# loss and gradient for a fraction of the head's work (a 49,152-token vocabulary makes the head a
+# third of a 135M model's step; docs/training.md, "Throughput"). This is the name TRL's head reads
+# for that choice alone (trl/trainer/utils.py, 1.16.0); on CUDA it was already true.
+trl_utils._use_triton = lambda device: True
 
 
 def rank_batches(
@@ -267,15 +187,51 @@ class RAOTrainer(GRPOTrainer):
         ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
         mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         keep = inputs["completion_ids"].size(1)
+        scored = inputs["completion_mask"] * inputs["tool_mask"]
         if self.reference is not None:
-            return self._get_per_token_logps_and_entropies(self.reference, ids, mask, keep)[0]
+            return self._get_per_token_logps_and_entropies(self.reference, ids, mask, keep, scored=scored)[0]
         with self.accelerator.unwrap_model(self.model).disable_adapter():  # the LoRA base = version 0
-            return self._get_per_token_logps_and_entropies(self.model, ids, mask, keep)[0]
+            return self._get_per_token_logps_and_entropies(self.model, ids, mask, keep, scored=scored)[0]
 
-    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
-        """TRL's log-probs; behaviour log-probs of scripted rows become these (detached: ratio = 1)."""
-        logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+    def _get_per_token_logps_and_entropies(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        logits_to_keep: int,
+        batch_size: int | None = None,
+        compute_entropy: bool = False,
+        compute_aux_loss: bool = False,
+        scored: torch.Tensor | None = None,
+        **multimodal: Any,
+    ) -> Any:
+        """TRL's log-probs of the completion tokens, through its fused LM head, for the action tokens
+        only (`scored`, else the inputs' completion_mask x tool_mask; other positions get 0: the
+        loss never reads them). Behaviour log-probs of scripted rows become these (detached: ratio = 1).
+
+        TRL's own version labels every completion token; ours is its text-only path with the labels
+        narrowed to the actions (rows carry no images)."""
+        if any(v is not None for v in multimodal.values()):
+            raise NotImplementedError("RAO rows are text only")
         inputs = self._inputs
+        if scored is None and inputs is not None:
+            scored = inputs["completion_mask"] * inputs["tool_mask"]
+        labels = input_ids.masked_fill(attention_mask == 0, -100)
+        labels[:, :-logits_to_keep] = -100
+        if scored is not None:
+            labels[:, -logits_to_keep:] = labels[:, -logits_to_keep:].masked_fill(scored == 0, -100)
+        router = {"output_router_logits": True} if compute_aux_loss else {}  # MoE load-balancing loss
+        with self.accelerator.autocast():
+            out = model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                labels=labels,
+                fused_lm_head=True,
+                **router,
+            )
+        logps = out.log_probs[:, -logits_to_keep:]
+        entropies = out.entropy[:, -logits_to_keep:] if compute_entropy else None
+        aux = out.aux_loss if compute_aux_loss else None
         if inputs is not None:
             cur = logps.detach()
             old = inputs["old_per_token_logps"].to(cur.dtype)

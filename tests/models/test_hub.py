@@ -1,5 +1,6 @@
-"""Hub ids: `policy.model=Org/Name` resolves through the local Hugging Face cache (never downloaded)
-for the config checks, the engines and the trainer."""
+"""Hub ids: `policy.model=Org/Name` resolves through the local Hugging Face cache for the config
+checks, the engines and the trainer; offline, one that is not cached is refused in one line
+(test_hub_download.py: downloads on first use, from a fake hub)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ REPO, COMMIT = "Org/Tiny-Qwen3", "0123456789abcdef0123456789abcdef01234567"
 
 @pytest.fixture
 def hub(tmp_path, monkeypatch):
-    """A Hugging Face cache holding one model, laid out as `huggingface-cli download` leaves it."""
+    """A Hugging Face cache holding one model, laid out as `hf download` leaves it."""
     cache = tmp_path / "hub"
     repo = cache / f"models--{REPO.replace('/', '--')}"
     snapshot = checkpoint(FAMILIES["qwen3"], repo / "snapshots" / COMMIT)
@@ -64,10 +65,12 @@ def test_vllm_is_given_the_snapshot_folder(tmp_path, hub, monkeypatch):
     assert seen == [str(hub)]
 
 
-def test_a_hub_id_that_is_not_cached_is_one_clear_line(tmp_path, hub):
+def test_offline_a_hub_id_that_is_not_cached_is_one_clear_line(tmp_path, hub, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # never asks the real hub, whatever the shell says
     with pytest.raises(ConfigError) as err:
-        load_config(overrides=[f"runs_dir={tmp_path}", "policy.model=Org/Missing"])
-    assert "not in the Hugging Face cache" in str(
-        err.value
-    ) and "huggingface-cli download Org/Missing" in str(err.value)
-    assert "\n" not in str(err.value)
+        load_config(overrides=[f"runs_dir={tmp_path}", "policy.model=Org/Missing@v2"])
+    assert str(err.value) == (
+        f"policy.model: 'Org/Missing@v2' is not in the Hugging Face cache ({tmp_path / 'hub'}) and "
+        "HF_HUB_OFFLINE=1 forbids downloading it: fetch it first (`hf download Org/Missing --revision v2`) "
+        "or unset HF_HUB_OFFLINE"
+    )
