@@ -69,7 +69,9 @@ class HFPolicy(PolicyConfig):
     kind: Literal["hf"] = opt("hf", "transformers")
     device: Device = opt("auto", "cpu, cuda, cuda:N (GPU N) or auto", resume="free")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = opt(
-        "auto", "float32, bfloat16 or auto (bf16 on GPU, fp32 on CPU)"
+        "auto",
+        "float32, bfloat16 or auto: bf16 on GPU; on a CPU with bf16 matrix units (AMX, AVX512-BF16) "
+        "the checkpoint's own dtype (bf16 for SmolLM2, fp32 for the tiny models), else fp32",
     )
     max_batch_size: Int = opt(64, "sequences per micro-batch", resume="free", ge=1)
     max_batch_tokens: Int = opt(65536, "prompt+new tokens per micro-batch", resume="free", ge=64)
@@ -85,6 +87,20 @@ class HFPolicy(PolicyConfig):
         True,
         "on CUDA, replay the static decode step from CUDA graphs, one per (rows, columns) bucket; a "
         "capture that fails falls back to eager steps with a warning",
+        resume="free",
+    )
+    sampler: Literal["auto", "multinomial", "inverse_cdf"] = opt(
+        "auto",
+        "how a CPU (runs-path) row draws its token: multinomial (torch.multinomial from the request's "
+        "generator: one random draw per vocabulary entry), inverse_cdf (every row at once at a uniform "
+        "hashed from the request's seed and token index: the static path's sampler); auto: multinomial "
+        "up to 8,192 tokens of vocabulary (the tiny models), inverse_cdf above (docs/engines.md)",
+        resume="free",
+    )
+    cpu_threads: Annotated[Int, Field(ge=1)] | Literal["auto"] = opt(
+        "auto",
+        "on CPU, torch threads of each engine replica; auto: the cores shared among the engine "
+        "processes (2 cores and 2 processes: 1 each; 1 process: 2), 1 for an engine in this process",
         resume="free",
     )
     engine_processes: Annotated[Int, Field(ge=0)] | Literal["auto"] = opt(
@@ -104,7 +120,9 @@ class VLLMPolicy(PolicyConfig):
     kind: Literal["vllm"] = opt("vllm", "a managed vLLM server")
     device: Device = opt("auto", "cpu, cuda, cuda:N (GPU N) or auto", resume="free")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = opt(
-        "auto", "float32, bfloat16 or auto (bf16 on GPU, fp32 on CPU)"
+        "auto",
+        "float32, bfloat16 or auto: bf16 on GPU; on a CPU with bf16 matrix units (AMX, AVX512-BF16) "
+        "the checkpoint's own dtype (bf16 for SmolLM2, fp32 for the tiny models), else fp32",
     )
     tensor_parallel_size: Int = opt(1, "GPUs per engine replica", resume="free", ge=1)
     gpu_memory_utilization: Float = opt(

@@ -216,7 +216,11 @@ class TrainConfig:
         "reference; > 0 keeps a frozen float32 copy of version 0 beside the policy (LoRA: the base)",
         ge=0,
     )
-    bf16: StrictBool | None = opt(None, "bf16 autocast over fp32 weights; null = on CUDA only")
+    bf16: StrictBool | None = opt(
+        None,
+        "bf16 autocast over fp32 master weights; null = on CUDA, and on a CPU with bf16 matrix units "
+        "(AMX, AVX512-BF16) when the checkpoint is stored in bf16 (SmolLM2; not the fp32 tiny models)",
+    )
     gradient_checkpointing: StrictBool = opt(False, "recompute activations in backward (long contexts)")
     fused_adamw: StrictBool | None = opt(
         None,

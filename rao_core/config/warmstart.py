@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import Field, StrictBool, model_validator
 
 from rao_core.config.types import Float, Int, Labels, NumberList, opt, section
 
@@ -87,6 +87,12 @@ class WarmStartConfig:
     eval_seed: Int = opt(0, "seed of the held-out task sample")
     max_concurrent_trees: Int = opt(64, "trees in flight at once (expert data and evaluation)", ge=1)
     max_batch_size: Int = opt(64, "engine sequences per decode step", ge=1)
+    bf16: StrictBool | None = opt(
+        None,
+        "bf16 autocast over float32 weights; null: when init_model is stored in bf16 and this CPU has "
+        "bf16 matrix units (SmolLM2), never for a fresh tiny model. The result is saved in init_model's "
+        "dtype with its float32 master beside it, which the first RL round trains on",
+    )
     threads: Int = opt(
         1, "torch CPU threads: on a shared 2-core machine 2 threads oversubscribe (5x slower)", ge=1
     )

@@ -37,8 +37,10 @@ def build_engine(
             decode=c.decode,
             cuda_graphs=c.cuda_graphs,
             context_limit=max_model_len,  # the agent's context: what the K/V slots' columns need at most
+            sampler=c.sampler,
         )
         processes = engine_processes(c)
+        kw["cpu_threads"] = cpu_threads(c, processes)
         if processes:  # the current scope's children for `role` (hf_process.py)
             from rao_core.engines.hf_process import EngineSpec, process_engine
 
@@ -75,6 +77,14 @@ def engine_processes(c: PolicyConfig) -> int:
         return 0
     cores = usable_cores()
     return min(cores, 4) if cores > 1 else 0
+
+
+def cpu_threads(c: PolicyConfig, processes: int) -> int:
+    """policy.cpu_threads with 'auto' resolved: the cores shared among `processes` child engines,
+    1 for an engine in this process (the trees' event loop and the REPL workers share its cores)."""
+    if c.cpu_threads != "auto":
+        return c.cpu_threads
+    return max(1, usable_cores() // processes) if processes else 1
 
 
 def usable_cores() -> int:

@@ -27,8 +27,16 @@ graphs); "auto" takes static on CUDA, runs on CPU. Both give model.generate's gr
 Seeds: a request with a `seed` draws its tokens from a random stream of its own, seeded with it, so
 the tokens it samples do not depend on what else is in the batch or when it arrived (up to
 floating-point differences between batch shapes, which move a draw only when it falls within
-~1e-6 of a token boundary). Requests without one share the engine's generator. The two paths draw
-from different streams: the same seed samples other tokens on each.
+~1e-6 of a token boundary). Requests without one share the engine's generator.
+
+Samplers (`sampler`): "multinomial" (runs path: torch.multinomial per row from the request's
+generator) or "inverse_cdf" (the static path's: every row at once, the inverse CDF at a uniform
+hashed from the request's key and token index, hf_static.sample_rows). multinomial draws one
+exponential per vocabulary entry per row and token, single-threaded: at SmolLM2's 49,152 tokens
+that was 36% of a 64-row decode step, at the tiny models' 330 nothing. "auto" keeps multinomial
+up to MULTINOMIAL_VOCAB tokens (the tiny models' rollouts stay token for token what they were) and
+takes inverse_cdf above. The static path always samples by inverse CDF, so with it the two paths
+draw the same tokens for the same seed (up to floating-point ties); multinomial draws other ones.
 """
 
 from __future__ import annotations
@@ -47,8 +55,9 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from rao_core.allocator import keep_freed_memory
 from rao_core.engines import kv_budget
-from rao_core.engines.hf_batch import Batch, Prefixes, StopCheck
+from rao_core.engines.hf_batch import Batch, EngineStats, Prefixes, StopCheck, sample_each_row
 from rao_core.engines.hf_static import StaticDecode, request_key, sample_rows
 from rao_core.engines.kv_slots import (
     ATTENTION,
@@ -61,26 +70,7 @@ from rao_core.engines.kv_slots import (
 from rao_core.models.tiny import load_checkpoint, resolve_model
 from rao_core.policy import Generation, GenerationRequest, Policy
 
-
-@dataclass
-class EngineStats:
-    requests: int = 0
-    batches: int = 0  # forward passes (a prefill of admitted prompts, or one decode step)
-    batch_sizes: list[int] = field(default_factory=list)  # sequences in each forward pass
-    tokens_generated: int = 0
-    prompt_tokens: int = 0  # prompt tokens of admitted requests
-    prefill_tokens: int = 0  # of those, the ones computed (the rest came from reused K/V)
-    prefix_hits: int = 0
-    prefill_seconds: float = 0.0  # time in prefill forward passes (worker thread)
-    decode_seconds: float = 0.0  # time in decode steps (the static path: staging, forward, sampling)
-    forward_seconds: float = 0.0  # of decode and prefill, time in the model's forwards (and the
-    # static step's sampling, which its graph replays); on CUDA the launches only: the kernels run on
-    # after it returns, and their time is in the host read that waits for the sampled tokens
-    sorts: int = 0  # decode steps that first sorted the rows by length (docs/engines.md)
-    host_reads: int = 0  # device -> host reads of sampled tokens (the static path: one per step)
-    graph_captures: int = 0  # CUDA graphs captured (the static path: one per (rows, columns) bucket)
-    graph_fallbacks: int = 0  # captures that failed and turned graphs off (eager steps from then on)
-    wakes: int = 0  # round trips between the event loop and the worker thread (steps: batches)
+MULTINOMIAL_VOCAB = 8192  # sampler=auto: multinomial up to this vocabulary, inverse CDF above
 
 
 @dataclass
@@ -88,8 +78,8 @@ class _Seq:
     request: GenerationRequest
     future: asyncio.Future
     budget: int  # new tokens allowed: min(max_new_tokens, context room)
-    generator: torch.Generator | None = None  # the request's own, when it carries a seed (runs path)
-    key: int = 0  # the request's random stream (static path)
+    generator: torch.Generator | None = None  # the request's own, when it carries a seed (multinomial)
+    key: int = 0  # the request's random stream (the inverse-CDF sampler)
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish: str | None = None
@@ -127,6 +117,7 @@ class HFEngine(Policy):
         decode: str = "auto",
         cuda_graphs: bool = True,
         slot_memory: int | None = None,
+        sampler: str = "auto",
     ) -> None:
         """`context_limit`: tokens per sequence, at most the model's `max_position_embeddings`
         (None: that). `prefix_cache_tokens`: tokens of finished conversations whose K/V are kept (0: none).
@@ -141,6 +132,8 @@ class HFEngine(Policy):
         static path, the memory free on the device now, else slots that grow as rows need."""
         self.model, self.tokenizer = model.eval(), tokenizer
         self.device = next(model.parameters()).device
+        if self.device.type == "cpu":
+            keep_freed_memory()  # prefill activations and logits reused, not faulted in (allocator.py)
         check_full_attention(model.config)
         model.set_attn_implementation(ATTENTION)  # K/V in the engine's slots (plain forwards: SDPA)
         self.max_batch_size, self.max_batch_tokens = max_batch_size, max_batch_tokens
@@ -153,6 +146,12 @@ class HFEngine(Policy):
         if decode not in ("auto", "runs", "static"):
             raise ValueError(f"decode: {decode!r} is not one of auto, runs, static")
         static = decode == "static" or (decode == "auto" and self.device.type == "cuda")
+        if sampler not in ("auto", "multinomial", "inverse_cdf"):
+            raise ValueError(f"sampler: {sampler!r} is not one of auto, multinomial, inverse_cdf")
+        if sampler == "auto":
+            small = model.config.get_text_config().vocab_size <= MULTINOMIAL_VOCAB
+            sampler = "multinomial" if small and not static else "inverse_cdf"
+        self.sampler = "inverse_cdf" if static else sampler
         self.stats = EngineStats()
         self.static = StaticDecode(model, max_batch_size, cuda_graphs, self.stats) if static else None
         self.kv_spec, self.slot_shape, self._slots = KVSpec.of(model), None, None
@@ -206,7 +205,7 @@ class HFEngine(Policy):
         loop = asyncio.get_running_loop()
         st = self._state(loop)
         seq = _Seq(request, loop.create_future(), min(request.max_new_tokens, room))
-        if self.static is not None:
+        if self.sampler == "inverse_cdf":
             seq.key = request_key(request.seed, self.keys)
         elif request.seed is not None and request.temperature > 0:
             seq.generator = torch.Generator(device=self.device).manual_seed(request.seed)
@@ -420,14 +419,15 @@ class HFEngine(Policy):
     def _sample(self, seqs: list[_Seq], logits: torch.Tensor) -> torch.Tensor:
         """Greedy (T = 0) or ancestral sampling per row; log-probs under softmax(logits / T)."""
         temps = [s.request.temperature for s in seqs]
-        t = torch.tensor([x if x > 0 else 1.0 for x in temps], device=logits.device)
-        logp = torch.log_softmax(logits / t[:, None], dim=-1)
-        tok = logp.argmax(-1)
-        probs = logp.exp()
-        for i, s in enumerate(seqs):  # each row from its own generator: batch-independent draws
-            if temps[i] > 0:
-                tok[i] = torch.multinomial(probs[i], 1, generator=s.generator or self.generator)[0]
-        lp = logp.gather(1, tok[:, None]).squeeze(1)
+        if self.sampler == "inverse_cdf":  # every row at once, at its (key, token index)
+            tok, lp = sample_rows(
+                logits,
+                torch.tensor(temps, dtype=torch.float64, device=logits.device),
+                torch.tensor([s.key for s in seqs], device=logits.device),
+                torch.tensor([len(s.ids) for s in seqs], device=logits.device),
+            )
+        else:  # each row from its own generator: batch-independent draws
+            tok, lp = sample_each_row(logits, temps, [s.generator or self.generator for s in seqs])
         for s, i, v in zip(seqs, tok.tolist(), lp.tolist(), strict=True):
             s.ids.append(i)
             s.logprobs.append(v)

@@ -7,6 +7,7 @@ The K/V slots themselves and the attention over them are kv_slots.py.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -193,3 +194,39 @@ class Prefixes:
     def clear(self) -> None:
         self.entries.clear()
         self.tokens = 0
+
+
+@dataclass
+class EngineStats:
+    requests: int = 0
+    batches: int = 0  # forward passes (a prefill of admitted prompts, or one decode step)
+    batch_sizes: list[int] = field(default_factory=list)  # sequences in each forward pass
+    tokens_generated: int = 0
+    prompt_tokens: int = 0  # prompt tokens of admitted requests
+    prefill_tokens: int = 0  # of those, the ones computed (the rest came from reused K/V)
+    prefix_hits: int = 0
+    prefill_seconds: float = 0.0  # time in prefill forward passes (worker thread)
+    decode_seconds: float = 0.0  # time in decode steps (the static path: staging, forward, sampling)
+    forward_seconds: float = 0.0  # of decode and prefill, time in the model's forwards (and the
+    # static step's sampling, which its graph replays); on CUDA the launches only: the kernels run on
+    # after it returns, and their time is in the host read that waits for the sampled tokens
+    sorts: int = 0  # decode steps that first sorted the rows by length (docs/engines.md)
+    host_reads: int = 0  # device -> host reads of sampled tokens (the static path: one per step)
+    graph_captures: int = 0  # CUDA graphs captured (the static path: one per (rows, columns) bucket)
+    graph_fallbacks: int = 0  # captures that failed and turned graphs off (eager steps from then on)
+    wakes: int = 0  # round trips between the event loop and the worker thread (steps: batches)
+
+
+def sample_each_row(
+    logits: torch.Tensor, temps: list[float], generators: list[torch.Generator]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy (T = 0) or torch.multinomial per row from its generator; (tokens, log-probs under
+    softmax(logits / T), the T = 1 log-softmax for greedy rows)."""
+    t = torch.tensor([x if x > 0 else 1.0 for x in temps], device=logits.device)
+    logp = torch.log_softmax(logits / t[:, None], dim=-1)
+    tok = logp.argmax(-1)
+    probs = logp.exp()
+    for i, g in enumerate(generators):
+        if temps[i] > 0:
+            tok[i] = torch.multinomial(probs[i], 1, generator=g)[0]
+    return tok, logp.gather(1, tok[:, None]).squeeze(1)

@@ -50,6 +50,8 @@ class EngineSpec:
     decode: str = "auto"
     cuda_graphs: bool = True
     context_limit: int | None = None
+    sampler: str = "auto"
+    cpu_threads: int = 1
 
 
 # A child that loads a checkpoint for longer than this is stuck (a model the size of the machine
@@ -322,6 +324,7 @@ async def _serve(inbox_conn: Connection, conn: Connection) -> None:
                     Path(spec.model), spec.tokenizer, device=spec.device, dtype=spec.dtype,
                     max_batch_size=spec.max_batch_size, max_batch_tokens=spec.max_batch_tokens,
                     decode=spec.decode, cuda_graphs=spec.cuda_graphs, context_limit=spec.context_limit,
+                    sampler=spec.sampler, cpu_threads=spec.cpu_threads,
                 )  # fmt: skip
                 conn.send((i, True, engine.device.type))
             except Exception as e:

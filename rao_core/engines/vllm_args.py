@@ -77,12 +77,15 @@ def cpu_workarounds(cfg: VLLMPolicy) -> list[str]:
     return [] if on_gpu(cfg) else ["--no-enable-chunked-prefill", "--enforce-eager"]
 
 
-def serving_dtype(cfg: VLLMPolicy) -> str:
-    """policy.dtype, with auto = bfloat16 on a GPU, else
-    float32 (vLLM's own auto would serve float32 weights as float16 on a GPU)."""
+def serving_dtype(cfg: VLLMPolicy, model_dir: Path | None = None) -> str:
+    """policy.dtype, with auto = bfloat16 on a GPU, else the checkpoint's own dtype on a CPU with
+    bf16 matrix units and float32 elsewhere (rao_core/models/dtypes.py; vLLM's own auto would serve
+    float32 weights as float16 on a GPU)."""
+    from rao_core.models.dtypes import auto_dtype
+
     if cfg.dtype != "auto":
         return cfg.dtype
-    return "bfloat16" if on_gpu(cfg) else "float32"
+    return auto_dtype("cuda" if on_gpu(cfg) else "cpu", model_dir)
 
 
 def on_gpu(cfg: VLLMPolicy) -> bool:

@@ -234,7 +234,7 @@ class VLLMServer:
             str(self.python), str(WATCHDOG), str(os.getpid()), "--", "--model", str(served),
             "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(self.port),
             *(["--max-model-len", str(self.max_model_len)] if self.max_model_len else []),
-            "--dtype", serving_dtype(c),
+            "--dtype", serving_dtype(c, model_dir),
             "--logprobs-mode", "processed_logprobs", "--enable-prefix-caching",
             "--tensor-parallel-size", str(c.tensor_parallel_size),
             "--gpu-memory-utilization", str(c.gpu_memory_utilization), *cpu_workarounds(c),

@@ -100,12 +100,17 @@ def resolve_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
-def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | str = "cpu") -> torch.dtype:
-    """'auto' is bfloat16 on a GPU and float32 on a CPU (CPU bf16 matmuls are slow and inexact)."""
+def resolve_dtype(
+    dtype: str | torch.dtype = "auto", device: torch.device | str = "cpu", folder: str | Path | None = None
+) -> torch.dtype:
+    """'auto' is bfloat16 on a GPU; on a CPU the checkpoint's own dtype where the CPU has bf16
+    matrix units, else float32 (rao_core/models/dtypes.py)."""
+    from rao_core.models.dtypes import auto_dtype
+
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto":
-        return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+        return getattr(torch, auto_dtype(torch.device(device).type, folder))
     return getattr(torch, dtype)
 
 
@@ -114,7 +119,7 @@ def load_checkpoint(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Model (eval mode, on `device`) and tokenizer from a local folder; never downloads."""
     dev = resolve_device(device)
-    model = load_causal_lm(path, dtype=resolve_dtype(dtype, dev))
+    model = load_causal_lm(path, dtype=resolve_dtype(dtype, dev, path))
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     return model.to(dev).eval(), tokenizer
 

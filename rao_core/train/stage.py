@@ -46,7 +46,7 @@ from rao_core.models.tokenizer import load_tokenizer
 from rao_core.train import state
 from rao_core.train.samples import read_rows
 from rao_core.train.trainer import TrainConfig, lora_config, train_rows, world
-from rao_core.train.trl_args import resolve_device
+from rao_core.train.trl_args import resolve_device, with_precision
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +164,7 @@ def _train_and_publish(
 ) -> dict[str, Any]:
     """Train (every rank) and, when `write`, build the checkpoint in a temporary folder and publish it."""
     t0 = time.perf_counter()
+    cfg = with_precision(cfg, model_path)  # train.bf16: null decided by the device and the checkpoint
     free = gpu_free()  # with vLLM asleep (policy.vllm_during_train), nearly the whole device
     rows = read_rows(run_dir, round)
     out_path.parent.mkdir(parents=True, exist_ok=True)

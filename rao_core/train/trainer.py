@@ -37,7 +37,9 @@ from transformers import (
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
+from rao_core.allocator import keep_freed_memory
 from rao_core.config import TrainConfig
+from rao_core.train.cpu_head import DeviceLogProbs
 from rao_core.train.flops import flop_shape, train_flops
 from rao_core.train.round_metrics import round_metrics
 from rao_core.train.samples import Row, collate, logprob_temperature, plan_steps
@@ -58,6 +60,8 @@ require_tested(
 # third of a 135M model's step; docs/training.md, "Throughput"). This is the name TRL's head reads
 # for that choice alone (trl/trainer/utils.py, 1.16.0); on CUDA it was already true.
 trl_utils._use_triton = lambda device: True
+# And on a CPU its vocabulary tiles give way to whole-vocabulary bf16 matmuls (cpu_head.py).
+trl_utils._ChunkedLogProbFunction = DeviceLogProbs(trl_utils._ChunkedLogProbFunction)
 
 
 def rank_batches(
@@ -348,6 +352,7 @@ def train_rows(
     elsewhere). Exact equality with one process holds for the token-mean losses (cispo, dapo, vespo);
     the per-micro-batch losses (grpo, bnpo, ...) average over a different set of micro-batches.
     """
+    keep_freed_memory()  # the step's large tensors are reused, not faulted in again (allocator.py)
     torch.manual_seed(cfg.seed)
     plan = plan_steps(rows, cfg.max_tokens_per_microbatch, cfg.steps_per_round, cfg.seed)
     metrics: dict[str, Any] = {"samples": len(rows), "trained_samples": 0, "steps": 0, "tokens": 0}

@@ -6,6 +6,7 @@ in one place.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,19 @@ def resolve_device(cfg: TrainConfig) -> str:
     if cfg.device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return cfg.device
+
+
+def with_precision(cfg: TrainConfig, model_path: Path) -> TrainConfig:
+    """`train.bf16: null` resolved for the checkpoint a round trains (an adapter: its base): on CUDA,
+    and on a CPU with bf16 matrix units when the checkpoint is stored in bf16 (models/dtypes.py)."""
+    from rao_core.models.dtypes import auto_dtype
+    from rao_core.models.locate import adapter_base, is_adapter
+
+    if cfg.bf16 is not None:
+        return cfg
+    folder = adapter_base(model_path) if is_adapter(model_path) else model_path
+    device = torch.device(resolve_device(cfg)).type
+    return dataclasses.replace(cfg, bf16=auto_dtype(device, folder) == "bfloat16")
 
 
 def adamw_name(cfg: TrainConfig, device: str) -> str:

@@ -34,13 +34,16 @@ from datasets import Dataset
 from transformers import TrainerCallback
 from trl import SFTConfig, SFTTrainer
 
+from rao_core import checkpoints
 from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.tree import TreeSpec
+from rao_core.allocator import keep_freed_memory
 from rao_core.checkpoints import initial_model
 from rao_core.config import WarmStartConfig
 from rao_core.envs.base import Suite
 from rao_core.eval.metrics import wilson_interval
-from rao_core.models.tiny import build_tiny_model, load_checkpoint, save_checkpoint
+from rao_core.models.dtypes import declared_dtype
+from rao_core.models.tiny import build_tiny_model, load_checkpoint, resolve_dtype, save_checkpoint
 from rao_core.models.tokenizer import load_tokenizer, tiny_tokenizer
 from rao_core.store.files import write_json, write_text
 from rao_core.train.demonstrations import MODES, demonstration_examples, expert_examples, run_modes
@@ -69,24 +72,37 @@ class SharedPrefixCollator:
                 "labels": pad(labels, -100), "attention_mask": mask}  # fmt: skip
 
 
+SCALED_LOGITS = ("final_logit_softcapping", "logit_scale", "output_multiplier", "logits_scaling")
+
+
 class SharedPrefixSFTTrainer(SFTTrainer):
     """SFTTrainer whose loss runs the batch's shared prefix once (see the module docstring)."""
 
     tokens_seen = 0
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """Token-level CE on the labelled (action) tokens. The LM head runs on those positions
+        only: at a 49,152-token vocabulary the head over every position was most of a step."""
         prefix, ids, labels = inputs["prefix_ids"], inputs["input_ids"], inputs["labels"]
+        body, head = model.base_model, model.get_output_embeddings()
         if prefix.shape[1] == 0:
-            logits = model(input_ids=ids, attention_mask=inputs["attention_mask"]).logits
+            hidden = body(input_ids=ids, attention_mask=inputs["attention_mask"]).last_hidden_state
         else:
-            cache = model(input_ids=prefix, use_cache=True).past_key_values
+            cache = body(input_ids=prefix, use_cache=True).past_key_values
             cache.batch_repeat_interleave(ids.shape[0])
             ones = torch.ones(ids.shape[0], prefix.shape[1], dtype=ids.dtype, device=ids.device)
             mask = torch.cat([ones, inputs["attention_mask"]], dim=1)
-            logits = model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits
-        loss = F.cross_entropy(
-            logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100
-        )
+            hidden = body(
+                input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True
+            ).last_hidden_state
+        targets = labels[:, 1:]
+        scored = targets != -100
+        logits = head(hidden[:, :-1][scored])
+        if any(getattr(model.config.get_text_config(), k, None) for k in SCALED_LOGITS):
+            raise NotImplementedError(
+                f"warm start: a model whose logits are scaled ({', '.join(SCALED_LOGITS)})"
+            )
+        loss = F.cross_entropy(logits.float(), targets[scored])
         self.tokens_seen += int(inputs["attention_mask"].sum()) + prefix.shape[1]
         return (loss, logits) if return_outputs else loss
 
@@ -145,13 +161,16 @@ class _Budget(TrainerCallback):
             control.should_training_stop = True
 
 
-def train_sft(model, tokenizer, phase: _Phase, cfg: WarmStartConfig, work: Path, progress: bool) -> dict:
-    """TRL's SFTTrainer on pre-tokenized rows (input_ids + assistant_masks -> labels), CPU, fp32."""
+def train_sft(
+    model, tokenizer, phase: _Phase, cfg: WarmStartConfig, work: Path, progress: bool, bf16: bool = False
+) -> dict:
+    """TRL's SFTTrainer on pre-tokenized rows (input_ids + assistant_masks -> labels), CPU, float32
+    weights (bf16 autocast with `bf16`)."""
     budget = _Budget(cfg, phase, work / "train_log.jsonl")
     args = SFTConfig(
         output_dir=str(work / "trainer"), per_device_train_batch_size=phase.batch_size, num_train_epochs=cfg.epochs,
         max_steps=phase.max_steps, learning_rate=cfg.lr, weight_decay=cfg.weight_decay, max_length=cfg.context,
-        logging_steps=10, save_strategy="no", report_to="none", use_cpu=True, bf16=False, fp16=False,
+        logging_steps=10, save_strategy="no", report_to="none", use_cpu=True, bf16=bf16, fp16=False,
         train_sampling_strategy="group_by_length", length_column_name="bucket", remove_unused_columns=False,
         dataloader_num_workers=0, seed=cfg.seed, data_seed=cfg.seed, disable_tqdm=not progress,
         gradient_accumulation_steps=1, packing=False, gradient_checkpointing=False, max_grad_norm=1.0,
@@ -224,7 +243,7 @@ def evaluate_small(
 
     torch.set_num_threads(threads)
     difficulties = tuple(difficulties) or suite.labels(suite.args)[1]
-    policy = HFPolicy(model=str(model_path), device="cpu", dtype="float32", max_batch_size=max_batch_size)
+    policy = HFPolicy(model=str(model_path), device="cpu", dtype="auto", max_batch_size=max_batch_size)
     tasks = suite.held_out_tasks(difficulties, n_per_difficulty, seed)
     jobs = [(m, TreeSpec(t.task_id, 0, suite.env(t), t.difficulty)) for m in modes for t in tasks]
     start, done = time.time(), [0]
@@ -268,6 +287,7 @@ def warm_start(
     out.mkdir(parents=True, exist_ok=True)
     (out / "train_log.jsonl").unlink(missing_ok=True)
     torch.set_num_threads(cfg.threads)
+    keep_freed_memory()  # allocator.py
     init = initial_model(cfg.init_model, out) if cfg.init_model else None
     tok = load_tokenizer(str(init)) if init else tiny_tokenizer()
     t0 = time.time()
@@ -297,6 +317,8 @@ def warm_start(
         model = build_tiny_model(tok, seed=cfg.seed, hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads,
                                  kv_heads=cfg.kv_heads, intermediate=cfg.intermediate, max_positions=cfg.context)  # fmt: skip
     params = sum(p.numel() for p in model.parameters())
+    stored = getattr(torch, declared_dtype(init)) if init is not None else torch.float32  # saved as
+    bf16 = cfg.bf16 if cfg.bf16 is not None else resolve_dtype("auto", "cpu", init) == torch.bfloat16
     t1, train = time.monotonic(), {}
     if cfg.drill_steps > 0 and not cfg.init_model:
         drill = _Phase("drill", copy_drill(tok, 16 * cfg.drill_steps, cfg.seed), 16, cfg.max_minutes / 2,
@@ -305,8 +327,8 @@ def warm_start(
     minutes = cfg.max_minutes - (time.monotonic() - t1) / 60
     mix = copy_drill(tok, int(cfg.drill_mix * len(rows)), cfg.seed + 1) if "drill" in train else []
     main = _Phase("sft", rows + mix, cfg.batch_size, minutes, cfg.max_steps, decay=cfg.decay)
-    train.update(train_sft(model, tok, main, cfg, out, progress))
-    save_checkpoint(model, tok, out / "model")
+    train.update(train_sft(model, tok, main, cfg, out, progress, bf16))
+    save_model(model, tok, out / "model", stored)
     shutil.rmtree(out / "trainer", ignore_errors=True)
     metrics: dict[str, Any] = {"config": asdict(cfg), "parameters": params, "data": data, "train": train}
     if cfg.eval_tasks > 0:
@@ -316,6 +338,26 @@ def warm_start(
     if not progress:  # `rao warmstart` (progress) prints it last, under its tables
         print(summary_line(cfg, metrics), flush=True)
     return metrics
+
+
+def save_model(model, tok, path: Path, dtype: torch.dtype) -> None:
+    """The trained model in `dtype` (the init model's), atomically; when that is narrower than
+    float32, its float32 master weights beside it (checkpoints.py's layout), from which the first
+    RL round trains: a bf16 copy alone would round away updates smaller than bf16's resolution."""
+    if dtype == torch.float32:
+        save_checkpoint(model, tok, path)
+        return
+    tmp = path.parent / f".{path.name}.tmp-{time.time_ns()}"
+    model.save_pretrained(tmp / checkpoints.STATE / checkpoints.MASTER)
+    for p in model.parameters():
+        p.data = p.data.to(dtype)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    for p in model.parameters():
+        p.data = p.data.to(torch.float32)
+    if path.exists():
+        shutil.rmtree(path)
+    tmp.rename(path)
 
 
 def summary_line(cfg: WarmStartConfig, metrics: dict[str, Any]) -> str:

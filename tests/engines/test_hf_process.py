@@ -71,10 +71,10 @@ def load(procs: list[EngineProcess], path: Path) -> list[ProcessEngine]:
     return [ProcessEngine(spec, p, owned=False) for p in procs]
 
 
-def assert_same(got: list[Generation], want: list[Generation]) -> None:
+def assert_same(got: list[Generation], want: list[Generation], tol: float = 1e-5) -> None:
     for g, w in zip(got, want, strict=True):
         assert g.token_ids == w.token_ids and g.text == w.text and g.finish_reason == w.finish_reason
-        assert g.logprobs == pytest.approx(w.logprobs, abs=1e-5)
+        assert g.logprobs == pytest.approx(w.logprobs, abs=tol)
 
 
 @pytest.mark.parametrize("name", ["a", "bf16"])
@@ -82,9 +82,12 @@ def test_child_and_replicas_match_the_engine_in_process(checkpoints, children, n
     reqs = requests()
     want = generate_all(HFEngine.from_pretrained(checkpoints[name], TOK), reqs)
     engines = load(children, checkpoints[name])
-    assert_same(generate_all(engines[0], reqs), want)
+    # a bf16 checkpoint is served in bf16 where the CPU has bf16 units (models/dtypes.py): batches of
+    # other shapes round its log-probs differently, by ~1e-3; the tokens stay the same
+    tol = 1e-5 if name == "a" else 5e-3
+    assert_same(generate_all(engines[0], reqs), want, tol)
     replicated = ReplicatedEngine(engines)
-    assert_same(generate_all(replicated, reqs), want)
+    assert_same(generate_all(replicated, reqs), want, tol)
     assert sum(e.stats.requests for e in engines) == 2 * len(reqs)  # the child kept its engine's stats
 
 
