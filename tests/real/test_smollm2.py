@@ -93,7 +93,9 @@ def test_bf16_sampler_logprobs_agree_with_the_fp32_trainer(smollm2):
     engine = HFEngine.from_pretrained(smollm2, device="cpu", cpu_threads=2)
     assert engine.model.dtype == torch.bfloat16 and engine.sampler == "inverse_cdf"
     tok = engine.tokenizer
-    prompts = [tok.encode(f"Step {i}: the list of items to craft is", add_special_tokens=False) for i in range(6)]
+    prompts = [
+        tok.encode(f"Step {i}: the list of items to craft is", add_special_tokens=False) for i in range(6)
+    ]
     reqs = [GenerationRequest(p, 24, (), None, temperature=1.0, seed=i) for i, p in enumerate(prompts)]
 
     async def sample():
@@ -118,7 +120,12 @@ def test_bf16_sampler_logprobs_agree_with_the_fp32_trainer(smollm2):
 
 ENGINES = {  # the engine's settings, and what training writes
     "hf-runs-full": ["policy.kind=hf", "policy.decode=runs", "policy.engine_processes=1"],
-    "hf-static-lora": ["policy.kind=hf", "policy.decode=static", "policy.engine_processes=1", "train.lora=true"],
+    "hf-static-lora": [
+        "policy.kind=hf",
+        "policy.decode=static",
+        "policy.engine_processes=1",
+        "train.lora=true",
+    ],
     "vllm-full": ["policy.kind=vllm", "policy.vllm_kv_cache_gib=1"],
     "vllm-lora": ["policy.kind=vllm", "policy.vllm_kv_cache_gib=1", "train.lora=true"],
 }
@@ -150,7 +157,9 @@ def test_two_rounds_on_each_engine_serve_the_trained_weights(agent, name, tmp_pa
         for a, b in zip(read_probe(v1)["logprobs"], checkpoint_probe(agent)["logprobs"], strict=True)
     )
     kl = metrics[1]["mismatch_kl"]
-    print(f"{name}: round 1 (version 1) sampler mismatch KL {kl:.2e}; version 1 moved the probe by {moved:.3f}")
+    print(
+        f"{name}: round 1 (version 1) sampler mismatch KL {kl:.2e}; version 1 moved the probe by {moved:.3f}"
+    )
     assert kl < MISMATCH_KL  # the engine served version 1 ...
     assert moved > 0.05  # ... which is far from version 0: a stale engine could not have matched it
     assert not math.isnan(metrics[1]["loss"])
