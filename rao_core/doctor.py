@@ -74,12 +74,11 @@ def _sandbox(sandbox: SandboxConfig) -> Check:
     return Check("sandbox layers", ", ".join(got) + note, not missing, True)
 
 
-def _known_models(cfg: RunConfig) -> list[Check]:
+def _known_models(named: set[str]) -> list[Check]:
     """A row per short model name (smollm2-135m): its file, or how to install it; needed when the
     configuration names it."""
     from rao_core.models.locate import KNOWN, known_file
 
-    named = {cfg.policy.model, cfg.policy.tokenizer, cfg.warmstart.init_model}
     rows = []
     for name, known in KNOWN.items():
         path = known_file(name)
@@ -92,11 +91,10 @@ def _known_models(cfg: RunConfig) -> list[Check]:
     return rows
 
 
-def _names_gguf(cfg: RunConfig) -> bool:
+def _names_gguf(named: set[str]) -> bool:
     from rao_core.models.locate import KNOWN
 
-    names = (cfg.policy.model, cfg.warmstart.init_model)
-    return any(n in KNOWN or n.endswith(".gguf") for n in names)
+    return any(n in KNOWN or n.endswith(".gguf") for n in named)
 
 
 def _gpu(needed: bool) -> Check:
@@ -109,6 +107,7 @@ def _gpu(needed: bool) -> Check:
 
 
 def checks(cfg: RunConfig) -> list[Check]:
+    named = {cfg.policy.model, cfg.policy.tokenizer, cfg.warmstart.init_model}
     torch_v = _version("torch") or "not installed"
     rows = [
         Check(
@@ -123,8 +122,8 @@ def checks(cfg: RunConfig) -> list[Check]:
         _package("MLflow", "mlflow", needed=cfg.tracking.enabled),
         _package("DuckDB", "duckdb"),
         _package("Ray (rollout.runner=ray)", "ray", cfg.rollout.runner == "ray"),
-        _package("gguf (.gguf models)", "gguf", needed=_names_gguf(cfg)),
-        *_known_models(cfg),
+        _package("gguf (.gguf models)", "gguf", needed=_names_gguf(named)),
+        *_known_models(named),
         _vllm(cfg.policy, needed="vllm" in (cfg.policy.kind, cfg.judge.kind)),
         _sandbox(cfg.sandbox),
     ]

@@ -172,7 +172,9 @@ def run(*cmd, check: bool = True, **kw) -> subprocess.CompletedProcess:
 # ---- lock ---------------------------------------------------------------------------------------
 def cmd_lock(a) -> None:
     freeze = run(sys.executable, "-m", "pip", "freeze", "--all", "--exclude-editable", capture_output=True)
+    extras = set(read_lock(ROOT / "requirements" / "smollm2.txt"))  # installed --no-deps: not rao[dev]'s
     pins = [p for p in freeze.stdout.split() if "==" in p and not p.startswith("rao==")]
+    pins = [p for p in pins if canon(p.split("==")[0]) not in extras]
     Path(a.out).write_text(
         f"# Every distribution `pip install -e .[dev]` resolved (Python {sys.version.split()[0]}), but the\n"
         "# project. `make lock` writes it from .venv; `make wheelhouse`, `make install-offline` read it.\n"

@@ -88,6 +88,14 @@ def serving_dtype(cfg: VLLMPolicy, model_dir: Path | None = None) -> str:
     return auto_dtype("cuda" if on_gpu(cfg) else "cpu", model_dir)
 
 
+def weight_check_tolerance(cfg: VLLMPolicy, model_dir: Path | None = None) -> float:
+    """policy.weight_check_tolerance, with auto by the served dtype: float32 computes the probe as
+    the trainer does (1e-3); bf16's rounding of logits moves single tokens' log-probs by ~0.3."""
+    if cfg.weight_check_tolerance != "auto":
+        return cfg.weight_check_tolerance
+    return 1e-3 if serving_dtype(cfg, model_dir) == "float32" else 0.5
+
+
 def on_gpu(cfg: VLLMPolicy) -> bool:
     """Whether the server runs on a GPU: policy.device cuda, or auto on a machine with nvidia-smi."""
     return cfg.device.startswith("cuda") or (cfg.device == "auto" and shutil.which("nvidia-smi") is not None)

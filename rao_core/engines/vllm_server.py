@@ -50,6 +50,7 @@ from rao_core.engines.vllm_args import (
     on_gpu,
     port_in_use,
     serving_dtype,
+    weight_check_tolerance,
     untied_copy,
 )
 from rao_core.errors import EngineError
@@ -335,10 +336,11 @@ class VLLMServer:
         self.probe_diff = diff
         if self.reloads:
             self.reloads[-1]["probe_max_diff"] = diff
-        if diff > self.cfg.weight_check_tolerance:
+        tolerance = weight_check_tolerance(self.cfg, model_dir)
+        if diff > tolerance:
             raise StaleWeightsError(
                 f"vLLM serves other weights than {model_dir}: probe log-probs differ by {diff:.3g} "
-                f"(> policy.weight_check_tolerance {self.cfg.weight_check_tolerance:g}); refusing stale rollouts"
+                f"(> policy.weight_check_tolerance {tolerance:g}); refusing stale rollouts"
             )
         log.info("vLLM serves %s (probe max |diff| %.2g)", model_dir, diff)
 

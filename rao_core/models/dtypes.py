@@ -39,6 +39,10 @@ def cpu_has_bf16() -> bool:
 def declared_dtype(folder: str | Path) -> str:
     """The dtype a checkpoint's config.json declares ("float32" when it declares none); an
     adapter folder's is its base's."""
+    adapter = Path(folder) / "adapter_config.json"
+    if adapter.is_file():  # peft's folder: its base names the weights the adapter rides on
+        base = json.loads(adapter.read_text()).get("base_model_name_or_path")
+        return declared_dtype(base) if base and Path(base).is_dir() else "float32"
     config = Path(folder) / "config.json"
     if not config.is_file():
         return "float32"

@@ -298,7 +298,9 @@ def _trained_model(trainer: RAOTrainer) -> PreTrainedModel | None:
     and in one process, every rank already holds the whole model.
     """
     acc = trainer.accelerator
-    model = acc.unwrap_model(trainer.model_wrapped)
+    # keep_fp32_wrapper=False: under bf16 accelerate wraps forward in autocast; the probe and the
+    # next user of this model compute with the weights as they are
+    model = acc.unwrap_model(trainer.model_wrapped, keep_fp32_wrapper=False)
     if acc.distributed_type not in (DistributedType.FSDP, DistributedType.DEEPSPEED):
         return model
     state = acc.get_state_dict(trainer.model_wrapped)

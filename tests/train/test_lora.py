@@ -29,8 +29,8 @@ from tests.train import one_thread, tiny_model  # noqa: F401 (autouse fixture)
 from tests.train.test_master_weights import bf16_checkpoint, scored_rounds
 
 LORA = TrainConfig(
-    lr=1e-3, max_tokens_per_microbatch=128, steps_per_round=2, lora=True, lora_r=4, lora_alpha=8
-)
+    lr=1e-3, max_tokens_per_microbatch=128, steps_per_round=2, lora=True, lora_r=4, lora_alpha=8, bf16=False
+)  # fp32 arithmetic, as the uninterrupted reference below
 
 
 def test_adapter_and_moments_carry_across_rounds(tmp_path):

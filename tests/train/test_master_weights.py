@@ -28,7 +28,9 @@ from tests.train.test_stage import write_round
 
 # The paper's learning rate: each AdamW step moves a weight by about 3e-6, below bf16's resolution
 # for nearly every weight of the model.
-CFG = TrainConfig(lr=3e-6, max_tokens_per_microbatch=128, steps_per_round=4)
+# fp32 arithmetic (bf16=False): these tests are about where updates accumulate, not about autocast,
+# which `train.bf16: null` would turn on for a bf16 checkpoint on a CPU with bf16 matrix units.
+CFG = TrainConfig(lr=3e-6, max_tokens_per_microbatch=128, steps_per_round=4, bf16=False)
 ROUNDS = 3
 
 
@@ -111,7 +113,9 @@ def test_the_probe_is_that_of_the_served_bf16_weights(tmp_path):
 
     run, v0 = tmp_path / "run", bf16_checkpoint(tmp_path / "v0")
     scored_rounds(run, 1)
-    train_round(run, 0, v0, tmp_path / "v1", CFG, origin=v0)
+    auto = dataclasses.replace(CFG, bf16=None)  # bf16 autocast where this CPU has bf16 matrix units
+    metrics = train_round(run, 0, v0, tmp_path / "v1", auto, origin=v0)
+    print(f"trained with bf16 autocast: {metrics['bf16']}")
     written = read_probe(tmp_path / "v1")
     served = AutoModelForCausalLM.from_pretrained(tmp_path / "v1", dtype=torch.float32).eval()
     assert probe_logprobs(served, written["token_ids"]) == pytest.approx(written["logprobs"], abs=1e-5)

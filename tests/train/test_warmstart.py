@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import re
 from types import SimpleNamespace
@@ -108,7 +110,7 @@ def test_shared_prefix_loss_equals_the_plain_loss(rows):
     ]
     inputs = SharedPrefixCollator(TOK.pad_token_id)(examples)
     assert inputs["prefix_ids"].shape[1] > 100  # the system prompt is shared
-    fake = SimpleNamespace(tokens_seen=0)
+    fake = SimpleNamespace(tokens_seen=0, accelerator=SimpleNamespace(autocast=contextlib.nullcontext))
     shared = SharedPrefixSFTTrainer.compute_loss(fake, model, inputs)
     width = max(len(e["input_ids"]) for e in examples)
     ids = torch.tensor(
