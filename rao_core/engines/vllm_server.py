@@ -50,8 +50,8 @@ from rao_core.engines.vllm_args import (
     on_gpu,
     port_in_use,
     serving_dtype,
-    weight_check_tolerance,
     untied_copy,
+    weight_check_tolerance,
 )
 from rao_core.errors import EngineError
 from rao_core.models.locate import adapter_base, is_adapter
