@@ -332,17 +332,18 @@ class VLLMServer:
         served = r.json()["choices"][0]["prompt_logprobs"][1:]
         ids = expected["token_ids"][1:]
         got = [float(entry[str(t)]["logprob"]) for entry, t in zip(served, ids, strict=True)]
-        diff = max(abs(a - b) for a, b in zip(got, expected["logprobs"], strict=True))
-        self.probe_diff = diff
+        diffs = sorted(abs(a - b) for a, b in zip(got, expected["logprobs"], strict=True))
+        stat, tolerance = weight_check_tolerance(self.cfg, model_dir)
+        diff = diffs[-1] if stat == "max" else diffs[len(diffs) // 2]
+        self.probe_diff = diffs[-1]
         if self.reloads:
-            self.reloads[-1]["probe_max_diff"] = diff
-        tolerance = weight_check_tolerance(self.cfg, model_dir)
+            self.reloads[-1].update(probe_max_diff=diffs[-1], probe_median_diff=diffs[len(diffs) // 2])
         if diff > tolerance:
             raise StaleWeightsError(
-                f"vLLM serves other weights than {model_dir}: probe log-probs differ by {diff:.3g} "
-                f"(> policy.weight_check_tolerance {tolerance:g}); refusing stale rollouts"
+                f"vLLM serves other weights than {model_dir}: probe log-probs differ by {diff:.3g} ({stat} "
+                f"over {len(diffs)} tokens; > policy.weight_check_tolerance {tolerance:g}); refusing stale rollouts"
             )
-        log.info("vLLM serves %s (probe max |diff| %.2g)", model_dir, diff)
+        log.info("vLLM serves %s (probe %s |diff| %.2g)", model_dir, stat, diff)
 
     def _diagnose_import(self) -> None:
         """A server that died while starting: is vLLM there at all? (Checked only then: importing

@@ -1,0 +1,55 @@
+"""Two RAO rounds of SmolLM2 on one engine setting (tests/real/test_engines_*.py), sampled at
+temperature 1.5 on medium tasks: the warm-started agent is confident, and at 1 on easy tasks its
+groups came out all solved or all failed (no spread, no gradient). Round 1 is
+sampled by version 1, so the train stage's sampler mismatch KL on it says whether the engine served
+the weights the trainer wrote; the learning rates move version 1's probe far enough from version
+0's that a stale engine could not have matched it."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from rao_core.campaign import engines
+from rao_core.engines.probe import checkpoint_probe, read_probe
+from rao_core.run import Run, load_config
+from rao_core.stages.rollout import roll_out
+from rao_core.stages.score import score
+from rao_core.stages.train import train
+
+MISMATCH_KL = 1e-3  # the issue's bar for the bf16 sampler against the trainer
+FULL_LR, LORA_LR = "train.lr=2e-3", "train.lr=5e-2"  # one step that moves the probe > 0.05
+
+
+def two_rounds(agent: Path, name: str, settings: list[str], tmp_path: Path) -> None:
+    cfg = load_config(
+        overrides=[
+            f"runs_dir={tmp_path}", f"run_name={name}", "suite=textcraft-small", f"policy.model={agent}",
+            "rollout.num_tasks=4", "rollout.group_size=4", "rollout.difficulty=medium", "policy.temperature=1.5",
+            "agent.max_steps=6", "agent.max_new_tokens=64", "scoring.zero_advantage_groups=keep",
+            "train.max_tokens_per_microbatch=4096", "train.steps_per_round=1", "tracking.enabled=false",
+            *settings,
+        ]
+    )  # fmt: skip
+    run, metrics = Run(cfg), []
+    with engines(run):
+        for r in (0, 1):
+            roll_out(run, r)
+            score(run, r)
+            metrics.append(train(run, r))
+    assert metrics[0]["steps"] >= 1 and metrics[0]["bf16"]  # trained in bf16 over fp32 master weights
+    # round 0 must have a group with spread: with every advantage 0 only weight decay moves v1
+    assert metrics[0]["grad_norm"] > 0, "round 0: no group had spread, so version 1 is version 0"
+    moved = max(
+        abs(a - b)
+        for a, b in zip(
+            read_probe(run.checkpoints.path(1))["logprobs"], checkpoint_probe(agent)["logprobs"], strict=True
+        )
+    )
+    kl = metrics[1]["mismatch_kl"]
+    print(
+        f"{name}: round 1 (version 1) sampler mismatch KL {kl:.2e}; version 1 moved the probe by {moved:.3f}"
+    )
+    assert kl < MISMATCH_KL  # the engine served version 1 ...
+    assert moved > 0.05  # ... which is far from version 0: a stale engine could not have matched it
+    assert not math.isnan(metrics[1]["loss"])
