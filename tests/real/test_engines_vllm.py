@@ -8,7 +8,10 @@ import pytest
 from tests.real.rounds import FULL_LR, LORA_LR, two_rounds
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.vllm]
-VLLM = ["policy.kind=vllm", "policy.vllm_kv_cache_gib=1"]
+# These learning rates move SmolLM2 far in one step, and bf16's noise on the probe grows with it:
+# median 0.066 (full) and 0.17 (LoRA) after the step, against 0.001-0.007 for the recipe's
+# versions, where the default (0.05) holds. The mismatch KL is this test's fine check.
+VLLM = ["policy.kind=vllm", "policy.vllm_kv_cache_gib=1", "policy.weight_check_tolerance=0.5"]
 
 
 def test_a_full_update_is_reloaded(agent, tmp_path, vllm_python):
