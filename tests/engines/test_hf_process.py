@@ -83,8 +83,9 @@ def test_child_and_replicas_match_the_engine_in_process(checkpoints, children, n
     want = generate_all(HFEngine.from_pretrained(checkpoints[name], TOK), reqs)
     engines = load(children, checkpoints[name])
     # a bf16 checkpoint is served in bf16 where the CPU has bf16 units (models/dtypes.py): batches of
-    # other shapes round its log-probs differently, by ~1e-3; the tokens stay the same
-    tol = 1e-5 if name == "a" else 5e-3
+    # other shapes round its log-probs differently (bf16's step at |logit| 4-8 is 0.03; 7.8e-3
+    # seen); the tokens stay the same
+    tol = 1e-5 if name == "a" else 2e-2
     assert_same(generate_all(engines[0], reqs), want, tol)
     replicated = ReplicatedEngine(engines)
     assert_same(generate_all(replicated, reqs), want, tol)
