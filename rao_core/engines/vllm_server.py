@@ -333,11 +333,12 @@ class VLLMServer:
         ids = expected["token_ids"][1:]
         got = [float(entry[str(t)]["logprob"]) for entry, t in zip(served, ids, strict=True)]
         diffs = sorted(abs(a - b) for a, b in zip(got, expected["logprobs"], strict=True))
+        largest, median = diffs[-1], diffs[len(diffs) // 2]
         stat, tolerance = weight_check_tolerance(self.cfg, model_dir)
-        diff = diffs[-1] if stat == "max" else diffs[len(diffs) // 2]
-        self.probe_diff = diffs[-1]
+        diff = largest if stat == "max" else median
+        self.probe_diff = largest
         if self.reloads:
-            self.reloads[-1].update(probe_max_diff=diffs[-1], probe_median_diff=diffs[len(diffs) // 2])
+            self.reloads[-1].update(probe_max_diff=largest, probe_median_diff=median)
         if diff > tolerance:
             raise StaleWeightsError(
                 f"vLLM serves other weights than {model_dir}: probe log-probs differ by {diff:.3g} ({stat} "
