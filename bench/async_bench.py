@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from unittest import mock
 
-from rao_core import checkpoints
+from rao_core import checkpoints, interrupts
 from rao_core.layout import METRICS
 from rao_core.policy import Generation, GenerationRequest, Policy
 from rao_core.run import load_config
@@ -114,4 +114,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    interrupts.run_script(main)

@@ -36,6 +36,7 @@ import warnings
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from rao_core import interrupts
 from rao_core.engines import kv_slots
 from rao_core.engines.hf import HFEngine, _Seq
 from rao_core.engines.hf_batch import Batch
@@ -277,4 +278,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    interrupts.run_script(main)

@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from rao_core import interrupts
 from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.tree import TreeSpec
 from rao_core.config import AgentConfig, SandboxConfig
@@ -75,4 +76,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    interrupts.run_script(main)

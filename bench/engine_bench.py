@@ -27,6 +27,7 @@ import torch
 from transformers import DynamicCache
 from transformers.utils import logging as hf_logging
 
+from rao_core import interrupts
 from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.runner import run_trees
 from rao_core.agent.tree import TreeSpec
@@ -201,4 +202,4 @@ def vllm_run(model, tok, args) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    interrupts.run_script(main)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from rao_core import interrupts
 from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.tree import TreeSpec
 from rao_core.config import AgentConfig, SandboxConfig
@@ -111,4 +112,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    interrupts.run_script(main)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from rao_core import interrupts
 from rao_core.agent.prompts import ChatFraming
 from rao_core.agent.tree import TreeSpec
 from rao_core.config import AgentConfig, SandboxConfig
@@ -72,4 +73,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    interrupts.run_script(main)

@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from rao_core import interrupts
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -63,4 +65,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    interrupts.run_script(main)

@@ -35,6 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from rao_core import interrupts  # noqa: E402
 from rao_core.campaign import engines  # noqa: E402
 from rao_core.envs.suites import open_suite  # noqa: E402
 from rao_core.eval.metrics import load_round  # noqa: E402
@@ -153,4 +154,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    interrupts.run_script(main)

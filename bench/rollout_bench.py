@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from rao_core import interrupts
 from rao_core.campaign import engines
 from rao_core.config import RunConfig
 from rao_core.engines import engine_processes
@@ -218,4 +219,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    interrupts.run_script(main)

@@ -11,6 +11,7 @@ import statistics
 import time
 from pathlib import Path
 
+from rao_core import interrupts
 from rao_core.agent.sandbox import Sandbox, set_start_method, shutdown_sandboxes
 from rao_core.config import SandboxConfig
 
@@ -90,4 +91,5 @@ async def main(n: int) -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--starts", type=int, default=30)
-    asyncio.run(main(ap.parse_args().starts))
+    starts = ap.parse_args().starts
+    interrupts.run_script(lambda: asyncio.run(main(starts)))

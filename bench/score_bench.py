@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from rao_core import interrupts  # noqa: E402
 from rao_core.config import ScoringConfig  # noqa: E402
 
 CFG = ScoringConfig(lam=0.4)
@@ -126,4 +127,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    interrupts.run_script(main)

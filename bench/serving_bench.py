@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from rao_core import interrupts
 from rao_core.config import VLLMPolicy
 from rao_core.engines.hf import HFEngine
 from rao_core.engines.scope import engine_scope
@@ -66,4 +67,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    interrupts.run_script(main)

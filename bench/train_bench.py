@@ -44,6 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from rao_core import interrupts  # noqa: E402
+
 PRESETS = {  # hidden, layers, heads, kv heads, head_dim, intermediate, vocab
     "cpu": (256, 4, 4, 2, 64, 768, 8192),
     "qwen3-0.6b": (1024, 28, 16, 8, 128, 3072, 151936),
@@ -436,4 +438,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    interrupts.run_script(main)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from rao_core import interrupts
+from rao_core import interrupts, watchdog
 from rao_core.config import ConfigError, ConfigWarning, to_dict
 from rao_core.envs.checks import RunCheckError, check_run
 from rao_core.run import load_config
@@ -495,10 +495,15 @@ def temporary_server():
     return temporary_server()
 
 
+STARTS_PROCESSES = {"train", "warmstart", "round", "eval", "serve", "rollout"}  # engines, workers, servers
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command != "serve":  # `rao serve` is Prefect's runner, which ends its own flow runs
         interrupts.install()  # Ctrl-C, SIGINT and SIGTERM: one line, exit 130 or 143 (rao_core/interrupts.py)
+    if args.command in STARTS_PROCESSES:
+        watchdog.start_reaper()  # SIGKILLed, nothing it started lives on (rao_core/watchdog.py)
     warnings.formatwarning = _warning_line
     try:
         return args.func(args)

@@ -4,7 +4,8 @@ Prefect starts one by itself (its "ephemeral" server) in the command's process g
 terminal's Ctrl-C stopped the server first, and the flow then spent minutes retrying its reports
 ("Error logging to API"). This one is the same server (`prefect.server.api.server:create_app`
 under uvicorn, as Prefect runs it) in a session of its own: it outlives the interrupt long enough
-to record how the flow run ended, then the command stops it. With `PREFECT_API_URL` set (a
+to record how the flow run ended, then the command stops it. A command killed outright (SIGKILL)
+runs no `finally`: the server's watchdog (rao_core/watchdog.py) then ends it within a second. With `PREFECT_API_URL` set (a
 `prefect server start` of your own, Prefect Cloud), that server is used and nothing is started.
 """
 
@@ -24,6 +25,7 @@ import prefect
 from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
 
 from rao_core import interrupts
+from rao_core.watchdog import WATCHDOG
 
 START_TIMEOUT_S = float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", 120))
 
@@ -66,7 +68,8 @@ def _start() -> tuple[subprocess.Popen, str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--app-dir", str(Path(prefect.__file__).parent.parent),
+        [sys.executable, str(WATCHDOG), str(os.getpid()), "--grace", "5", "--",
+         sys.executable, "-m", "uvicorn", "--app-dir", str(Path(prefect.__file__).parent.parent),
          "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
          "--port", str(port), "--log-level", "error", "--lifespan", "on"],
         env={**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",

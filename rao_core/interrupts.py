@@ -20,7 +20,9 @@ after the first, ends every process this one started and exits at once (`stop_no
 Child processes ignore SIGINT (the engine processes: a terminal sends it to the whole foreground
 process group) or run in a session of their own (REPL workers, the vLLM server, the temporary
 Prefect server, a training launcher and its ranks: `run_in_own_session`). Their parent stops
-them, and each notices a parent killed outright (a closed pipe, a watched parent pid).
+them, and each notices a parent killed outright: the engine processes by a closed pipe, REPL
+workers by PR_SET_PDEATHSIG, and the rest through rao_core/watchdog.py, which ends a command's
+whole process tree once its parent is gone.
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ from typing import Any, TypeVar
 
 import psutil
 
+from rao_core import watchdog
 from rao_core.layout import RunLayout
+from rao_core.watchdog import WATCHDOG
 
 T = TypeVar("T")
 GRACE_S = 20.0  # after the first signal: the clean-up's time before everything is killed
@@ -244,6 +248,25 @@ def stop_now(signum: int, why: str) -> None:
     os._exit(exit_code(signum))
 
 
+def run_script(main: Callable[[], object]) -> None:
+    """A bench or tool script's entry point, ended the way `rao` ends: an interrupt prints one
+    line and exits 130 or 143, and nothing the script started is left running, even after a
+    SIGKILL (its reaper: rao_core/watchdog.py)."""
+    install()
+    watchdog.start_reaper()
+    try:
+        main()
+    except KeyboardInterrupt:
+        signum = received() or signal.SIGINT
+        kill_descendants()
+        stage = stage_at_signal()
+        print(
+            f"interrupted ({NAMES.get(signum, signum)})" + (f" during {stage}" if stage else ""),
+            file=sys.stderr,
+        )
+        sys.exit(exit_code(signum))
+
+
 def kill_descendants(timeout: float = 3.0) -> list[int]:
     """Terminate every process this one started (and theirs), then kill what is left after
     `timeout` seconds. Returns the pids that were running."""
@@ -265,7 +288,8 @@ def run_in_own_session(
     ranks) in a session of their own: on an interrupt or any error they are all ended together,
     and a terminal's Ctrl-C reaches them only through this process. `started` is called once the
     child runs."""
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    watched = [sys.executable, str(WATCHDOG), str(os.getpid()), "--kill", "--"]  # SIGKILLed, this ends them
+    proc = subprocess.Popen([*watched, *cmd], env=env, start_new_session=True)
     try:
         if started is not None:
             started()

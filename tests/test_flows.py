@@ -470,7 +470,8 @@ def servers_of_this_process() -> list[str]:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if any(a.endswith(b"vllm_watchdog.py") for a in argv) and str(os.getpid()).encode() in argv:
+        watched = any(a.endswith(b"watchdog.py") for a in argv) and str(os.getpid()).encode() in argv
+        if watched and b"vllm.entrypoints.openai.api_server" in argv:
             found.append(proc.name)
     return found
 

@@ -43,6 +43,10 @@ SIGNALS = {  # how: (signal, to the whole process group)
     "sigint": (signal.SIGINT, False),
     "sigterm": (signal.SIGTERM, False),
 }
+KILLS = {  # a scheduler's SIGKILL to the job's process group; the OOM killer's, to one process
+    "sigkill-group": (signal.SIGKILL, True),
+    "sigkill": (signal.SIGKILL, False),
+}
 TIMES: dict[str, float] = {}  # case -> seconds from the signal to the exit (printed at the end)
 
 
@@ -64,7 +68,7 @@ def interrupt(
 ) -> Interrupted:
     """Run `rao ARGS`, wait until it holds at `stage` (and, with `until`, until the command lines
     of what it runs satisfy it), signal it `how`, and wait for it to end."""
-    signum, group = SIGNALS[how]
+    signum, group = {**SIGNALS, **KILLS}[how]
     proc = subprocess.Popen(
         [*RAO, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env={**env, PAUSE_AT: stage} if stage else env, start_new_session=True,
@@ -260,13 +264,17 @@ ROOT = Path(__file__).resolve().parents[1]
 DDP_CPU = ROOT / "configs" / "accelerate" / "ddp-cpu.yaml"
 
 
+def ranks_run(commands: list[str]) -> bool:
+    """torchrun and its 2 ranks run (their watchdog's command line names the stage too)."""
+    return sum("rao_core.train.stage" in c and "watchdog.py" not in c for c in commands) == 3
+
+
 def test_a_launched_train_stage_ends_with_its_ranks(prefect_env, finished, tmp_path):
     """train.accelerate_config: the launcher and its ranks run in a session of their own; a
     terminal's Ctrl-C reaches them through the command, which ends them all."""
     runs = resuming_at(finished, tmp_path / "runs", "checkpoints/version=1")
     ov = [f"runs_dir={runs}", *TOY_RUN, f"train.accelerate_config={DDP_CPU}"]
     stage = "training of round 0 (launched"
-    ranks_run = lambda commands: sum("rao_core.train.stage" in c for c in commands) == 3  # noqa: E731
     got = interrupt(["train", *sets(ov)], stage, "ctrl-c", prefect_env, until=ranks_run)  # torchrun, 2 ranks
     TIMES["toy train-training-launched, ctrl-c"] = got.seconds
     check_clean_end(got, "ctrl-c", stage, load_config(overrides=ov).run_dir)

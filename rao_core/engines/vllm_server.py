@@ -55,10 +55,10 @@ from rao_core.engines.vllm_args import (
 )
 from rao_core.errors import EngineError
 from rao_core.models.locate import adapter_base, is_adapter
+from rao_core.watchdog import WATCHDOG  # ends the server if this process dies
 
 log = logging.getLogger(__name__)
 SERVED_NAME = "policy"
-WATCHDOG = Path(__file__).with_name("vllm_watchdog.py")  # ends the server if this process dies
 
 
 class StaleWeightsError(EngineError):
@@ -232,7 +232,8 @@ class VLLMServer:
         served = self._servable(model_dir)
         c = self.cfg
         cmd = [
-            str(self.python), str(WATCHDOG), str(os.getpid()), "--", "--model", str(served),
+            str(self.python), str(WATCHDOG), str(os.getpid()), "--grace", "30", "--",
+            str(self.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(served),
             "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(self.port),
             *(["--max-model-len", str(self.max_model_len)] if self.max_model_len else []),
             "--dtype", serving_dtype(c, model_dir),

@@ -1,0 +1,170 @@
+"""Runs a command as a child and ends it, with everything under it, once the process that started
+the watchdog is gone, even by SIGKILL.
+
+    python rao_core/watchdog.py PARENT_PID [--kill] [--grace S] -- command...
+    python rao_core/watchdog.py PARENT_PID --reap [--grace S]
+
+Why: the long-lived helpers a `rao` command starts (the temporary Prefect server, a vLLM server, a
+training launcher and its ranks) run in sessions of their own, so that a terminal's Ctrl-C reaches
+them only through the command, which stops them in order. A `finally` cannot run after SIGKILL
+(a scheduler's, the OOM killer's), so without this they would live on, holding memory, ports and
+the caller's output pipe. The watchdog checks once every half second whether its parent is still
+PARENT_PID; when it is not, it sends SIGTERM to the command's whole process tree (SIGKILL with
+`--kill`, for launchers whose ranks print tracebacks on SIGTERM), then SIGKILL to whatever is left
+after `--grace` seconds. SIGTERM or SIGINT to the watchdog is passed on to the command, and the
+watchdog ends as its command did (its exit code, or the same signal).
+
+With `--reap` there is no command: the watchdog keeps a list of every process under PARENT_PID,
+and once that process is gone it ends them all. A `rao` command starts one (`start_reaper`), which
+covers what the command's libraries start outside any session of ours (a local Ray instance's
+agents outlive its driver's SIGKILL otherwise).
+
+Only the standard library is used: it also runs under the vLLM environment's Python, where
+rao_core is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+POLL_S = 0.5
+WATCHDOG = Path(__file__)  # run as a script: `python WATCHDOG PARENT_PID -- command...`
+
+
+def children(pid: int) -> list[int]:
+    """The processes `pid` started that still run (and are still its children)."""
+    found = []
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    for tid in threads:  # each thread's children (Linux's CONFIG_PROC_CHILDREN)
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                found += [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process under `pid`, whatever its session (torchrun's ranks have their own)."""
+    found, todo = [], [pid]
+    while todo:
+        for child in children(todo.pop()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def started(pid: int) -> int | None:
+    """When `pid` started (clock ticks after boot): tells a process from a later one given its pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(b")") + 2 :].split()[19])  # the name may hold spaces and parens
+
+
+def end(pids: dict[int, int | None], sig: int, grace_s: float) -> None:
+    """`sig` to each process (pid: its start time), then SIGKILL to those alive after `grace_s`."""
+
+    def signal_all(s: int) -> bool:
+        sent = False
+        for pid, t in pids.items():
+            if started(pid) == t and t is not None:  # the same process, not a reused pid
+                try:
+                    os.kill(pid, s)
+                    sent = True
+                except ProcessLookupError:
+                    pass
+        return sent
+
+    signal_all(sig)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(started(p) == t for p, t in pids.items()):
+        time.sleep(0.1)
+    signal_all(signal.SIGKILL)
+
+
+def tree(roots: list[int]) -> dict[int, int | None]:
+    """The roots and every process under them, each with its start time."""
+    pids = [*roots, *(d for r in roots for d in descendants(r))]
+    return {pid: started(pid) for pid in pids if pid != os.getpid()}
+
+
+def end_tree(child: subprocess.Popen, sig: int, grace_s: float) -> None:
+    """`sig` to the child and all under it, then SIGKILL to whatever outlives `grace_s`."""
+    end(tree([child.pid]), sig, grace_s)
+    child.wait()
+
+
+def reap(parent: int, grace_s: float) -> None:
+    """Keep a list of the processes under `parent`; once it is gone, end them all. A process
+    reparented when its parent died is no longer under `parent`: the list from just before
+    finds it."""
+    known: dict[int, int | None] = {}
+    while os.getppid() == parent:
+        known = {**{p: t for p, t in known.items() if started(p) == t}, **tree([parent])}
+        time.sleep(POLL_S)
+    end(tree(list(known)), signal.SIGTERM, grace_s)
+
+
+def exit_like(code: int) -> None:
+    """End this process as the child ended: its exit code, or the signal that killed it."""
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    sys.exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    split = argv.index("--") if "--" in argv else len(argv)
+    p = argparse.ArgumentParser(prog="watchdog.py", description=__doc__.split("\n")[0])
+    p.add_argument("parent", type=int, help="the pid whose end ends the command")
+    p.add_argument("--kill", action="store_true", help="SIGKILL the tree rather than SIGTERM first")
+    p.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
+    p.add_argument("--reap", action="store_true", help="no command: end all under the parent once it is gone")
+    a = p.parse_args(argv[:split])
+    if a.reap:
+        return reap(a.parent, a.grace)
+    child = subprocess.Popen(argv[split + 1 :])
+
+    def forward(signum, frame):
+        child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    while child.poll() is None:
+        if os.getppid() != a.parent:  # reparented: the parent is gone
+            end_tree(child, signal.SIGKILL if a.kill else signal.SIGTERM, a.grace)
+            break
+        time.sleep(POLL_S)
+    exit_like(child.wait())
+
+
+_reaper: subprocess.Popen | None = None
+
+
+def start_reaper() -> None:
+    """One reaper for this process (`--reap`), in a session of its own so that a SIGKILL to this
+    process's group spares it, and holding none of this process's pipes."""
+    global _reaper
+    if _reaper is None or _reaper.poll() is not None:
+        _reaper = subprocess.Popen(
+            [sys.executable, str(WATCHDOG), str(os.getpid()), "--reap", "--grace", "3"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

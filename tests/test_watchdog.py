@@ -1,0 +1,77 @@
+"""rao_core/watchdog.py on its own: a command's tree (sessions of its own included) ends once the
+process that started the watchdog is SIGKILLed; its exit code and signals pass through; and the
+reaper ends everything its parent started, the processes already reparented away included."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+
+from rao_core.watchdog import WATCHDOG
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
+
+
+def parent_that_prints(body: str) -> tuple[subprocess.Popen, list[int]]:
+    """A Python process running `body` (which prints a JSON list of pids, then sleeps)."""
+    code = textwrap.dedent(body)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    return proc, json.loads(proc.stdout.readline())
+
+
+def gone_after_kill(proc: subprocess.Popen, pids: list[int]) -> list[int]:
+    """SIGKILL `proc`; the pids still alive 10 s later."""
+    procs = [psutil.Process(p) for p in pids]
+    proc.kill()
+    proc.wait()
+    _, alive = psutil.wait_procs(procs, timeout=10)
+    for p in alive:
+        p.kill()
+    return [p.pid for p in alive]
+
+
+def test_the_command_and_all_under_it_end_with_the_parent():
+    proc, pids = parent_that_prints(f"""
+        import json, os, subprocess, sys, time
+        cmd = [sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen({SLEEPER!r}, start_new_session=True); time.sleep(600)"]
+        dog = subprocess.Popen([sys.executable, {str(WATCHDOG)!r}, str(os.getpid()), "--grace", "2", "--", *cmd], start_new_session=True)
+        time.sleep(1.5)
+        from rao_core.watchdog import descendants
+        print(json.dumps([dog.pid, *descendants(dog.pid)]), flush=True)
+        time.sleep(600)
+    """)
+    assert len(pids) == 3  # the watchdog, its command, and the sleeper in a session of its own
+    assert gone_after_kill(proc, pids) == []
+
+
+def test_exit_codes_and_signals_pass_through():
+    me = str(os.getpid())
+    done = subprocess.run([sys.executable, str(WATCHDOG), me, "--", sys.executable, "-c", "exit(3)"])
+    assert done.returncode == 3
+    dog = subprocess.Popen([sys.executable, str(WATCHDOG), me, "--", *SLEEPER])
+    while not psutil.Process(dog.pid).children():
+        time.sleep(0.05)
+    dog.send_signal(signal.SIGTERM)
+    assert dog.wait(timeout=10) == -signal.SIGTERM  # passed on; the command died of it, so did the watchdog
+
+
+def test_the_reaper_ends_what_its_parent_started_even_reparented():
+    proc, pids = parent_that_prints(f"""
+        import json, subprocess, sys, time
+        from rao_core import watchdog
+        watchdog.start_reaper()
+        own = subprocess.Popen({SLEEPER!r}, start_new_session=True)
+        orphan = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; print(subprocess.Popen({SLEEPER!r}).pid, flush=True); time.sleep(1.5)"], stdout=subprocess.PIPE, text=True)
+        orphaned = int(orphan.stdout.readline())
+        orphan.wait()  # 1.5 s: the reaper's list has its child, which is then reparented away
+        print(json.dumps([own.pid, orphaned]), flush=True)
+        time.sleep(600)
+    """)
+    assert gone_after_kill(proc, pids) == []
