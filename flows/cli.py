@@ -20,6 +20,7 @@ import yaml
 from rao_core import interrupts, watchdog
 from rao_core.config import ConfigError, ConfigWarning, to_dict
 from rao_core.envs.checks import RunCheckError, check_run
+from rao_core.placement import PlacementError
 from rao_core.run import load_config
 from rao_core.runlock import RunBusy
 
@@ -512,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"config error: {e}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, FileExistsError, ValueError, RunBusy) as e:
+    except (FileNotFoundError, FileExistsError, ValueError, RunBusy, PlacementError) as e:
         if os.environ.get("RAO_DEBUG"):
             raise
         print(f"error: {e}", file=sys.stderr)

@@ -16,7 +16,7 @@ from prefect import flow, task, unmapped
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import TaskRunner
 
-from rao_core import campaign, interrupts, runlock, tracking
+from rao_core import campaign, interrupts, placement, runlock, tracking
 from rao_core.run import Run
 from rao_core.stages import report
 from rao_core.stages.common import note
@@ -97,6 +97,8 @@ def shards_flow(run: Run, stage: str, index: int) -> list[str]:
 
 def shards_on_ray(run: Run, stage: str, index: int) -> None:
     note(run, f"rollout of round {index}" if stage == "rollout" else f"evaluation of version {index}")
+    r = run.config.rollout
+    placement.wait_for_room(r.num_cpus_per_shard, r.num_gpus_per_shard, r.placement_timeout_s)
     shards_flow.with_options(name=f"rao-{stage}-shards", task_runner=ray_runner(run))(run, stage, index)
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from rao_core.config import RunConfig, to_dict
 from rao_core.layout import RunLayout
 from rao_core.store.files import write_json
+from rao_core.store.parquet import is_complete, read_meta
 
 
 def metric_name(key: str) -> str:
@@ -174,6 +175,9 @@ class Tracker:
         parent = self.campaign_run_id()
         self.log_metrics(parent, {"eval": metrics["eval"]}, step=round_ + 1)
         self.log_metrics(parent, {k: v for k, v in metrics.items() if k != "eval"}, step=round_)
+        for stage, part in (("rollout", run.rollouts(round_)), ("eval", run.eval(round_ + 1))):
+            if is_complete(part) and (nodes := read_meta(part).get("nodes")):  # where each shard ran
+                self.set_tag(run_id, f"{stage}.nodes", ",".join(nodes))
         for folder, part in (("eval", run.eval(round_ + 1)), ("scores", run.scores(round_))):
             for name in ("summary.json", "_COMPLETE"):
                 if (part / name).is_file():

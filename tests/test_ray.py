@@ -118,19 +118,20 @@ def shard_task_runs(since: datetime, stage: str = "rollout") -> list[str]:
     return [r.state.type.value for r in runs if named.fullmatch(r.name) and r.start_time >= since]
 
 
-def check_round(cfg: RunConfig) -> list[dict]:
-    """The sealed round: both shards listed and complete, each root task in one shard only, G
+def check_round(cfg: RunConfig, shards: int = 2) -> list[dict]:
+    """The sealed round: every shard listed and complete, each root task in one shard only, G
     trees per task, no node twice; the DuckDB view and read_partition agree."""
     dest = cfg.layout.rollouts(0)
-    assert read_meta(dest)["parts"] == ["shard=0", "shard=1"]
+    parts = [f"shard={k}" for k in range(shards)]
+    assert read_meta(dest)["parts"] == parts
     task_sets = []
-    for part in ("shard=0", "shard=1"):
+    for part in parts:
         assert is_complete(dest / part)
         table = pq.read_table(dest / part / "nodes.parquet", columns=["task_id"])
         task_sets.append(set(table.column("task_id").to_pylist()))
-    assert all(task_sets) and not task_sets[0] & task_sets[1]
+    assert all(task_sets) and sum(map(len, task_sets)) == len(set().union(*task_sets))
     rows = load_round(cfg.layout, 0).to_pylist()
-    assert len([r for r in rows if r["parent_id"] is None]) == TASKS * G
+    assert len([r for r in rows if r["parent_id"] is None]) == cfg.rollout.num_tasks * cfg.rollout.group_size
     ids = [r["node_id"] for r in rows]
     assert len(ids) == len(set(ids))
     with connect(cfg.run_dir) as con:

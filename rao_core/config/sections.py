@@ -161,6 +161,13 @@ class RolloutConfig:
         ge=0,
         resume="free",
     )
+    placement_timeout_s: Float = opt(
+        120.0,
+        "runner ray: seconds to wait for a node with room for a shard (an autoscaler may add one) "
+        "before the stage fails",
+        gt=0,
+        resume="free",
+    )
 
 
 @section

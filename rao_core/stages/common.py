@@ -5,6 +5,8 @@ into a partition (the Sampler with the run's policy, chat framing, sandbox and j
 from __future__ import annotations
 
 import itertools
+import socket
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -60,6 +62,15 @@ def check_shard_count(dest: Path, shards: int, what: str) -> None:
                 )
 
 
+def node_name() -> str:
+    """Where this process runs: the host, and the Ray node when a Ray worker runs it (the nodes
+    of a cluster simulated on one host share the host name)."""
+    ray = sys.modules.get("ray")  # never imported for this: a Ray worker has it
+    if ray is not None and ray.is_initialized():
+        return f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:12]}"
+    return socket.gethostname()
+
+
 def seal_shards(dest: Path, shards: int) -> Path:
     """Mark a sharded partition complete once every shard is (a no-op for one shard or a sealed
     partition): from then on readers see the shards as one table."""
@@ -70,6 +81,7 @@ def seal_shards(dest: Path, shards: int) -> Path:
     meta = {  # the partition's wall time is its slowest shard's
         "trees": sum(m.get("trees", 0) for m in metas),
         "seconds": max((m.get("seconds", 0.0) for m in metas), default=0.0),
+        "nodes": [m.get("node", "") for m in metas],  # where each shard ran, in shard order
     }
     return seal_partition(dest, parts, meta)
 
@@ -125,4 +137,5 @@ def sample(
     def tree_done(_: Any) -> None:  # how far the stage is, for `rao status`
         runlock.note_progress(run.dir, f"{next(done)} of {len(specs)} trees")
 
-    return sampler.sample(specs, labels, dest, {"shard": list(draw.shard)}, progress, tree_done)
+    meta = {"shard": list(draw.shard), "node": node_name()}
+    return sampler.sample(specs, labels, dest, meta, progress, tree_done)
