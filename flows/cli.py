@@ -236,6 +236,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return interrupts.exit_code(signum) if signum else 0
 
 
+def cmd_deploy(args: argparse.Namespace) -> int:
+    _prefect_env()
+    load_config(args.config, args.overrides)
+    from prefect.settings import PREFECT_API_URL
+
+    if not PREFECT_API_URL.value():
+        print("error: rao deploy needs a standing Prefect server: set PREFECT_API_URL", file=sys.stderr)
+        return 2
+    from flows.serve import deploy_to_pool
+
+    names = deploy_to_pool(args.pool, args.config, args.overrides, args.interval_minutes)
+    print(f"{len(names)} deployments on work pool {args.pool}: {', '.join(names)}")
+    print(
+        f"run them with: prefect worker start --pool {args.pool}  (PREFECT_API_URL={PREFECT_API_URL.value()})"
+    )
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -427,6 +445,12 @@ def parser() -> argparse.ArgumentParser:
     _config_args(p)
     p.add_argument("--interval-minutes", type=float, default=None, help="schedule one more round this often")
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("deploy", help="register the flows on a Prefect process work pool, for its workers")
+    _config_args(p)
+    p.add_argument("--pool", required=True, help="the work pool (a process pool, created if missing)")
+    p.add_argument("--interval-minutes", type=float, default=None, help="schedule one more round this often")
+    p.set_defaults(func=cmd_deploy)
 
     p = sub.add_parser("status", help="where a run stands: stages complete per round, held-out success")
     _config_args(p)

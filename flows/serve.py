@@ -1,6 +1,9 @@
 """Deployments: register the flows with a Prefect server so runs can be triggered and scheduled
-from the UI. `rao serve` calls this; stop it with Ctrl-C or SIGTERM (the flow runs in flight are
-cancelled; schedules stay as they are: docs/pipeline.md, "Schedules")."""
+from the UI. `rao serve` serves them from its own process; stop it with Ctrl-C or SIGTERM (the
+flow runs in flight are cancelled; schedules stay as they are: docs/pipeline.md, "Schedules").
+`rao deploy --pool NAME` registers them on a process work pool instead, for the workers that
+`prefect worker start --pool NAME` runs on any machine with this project installed
+(docs/scale-out.md, "Prefect workers")."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import asyncio
 import signal
 from datetime import timedelta
 
+from prefect.deployments.runner import EntrypointType
 from prefect.runner import Runner
 from prefect.schedules import Interval
 
@@ -35,21 +39,53 @@ def schedule_paused(name: str = SCHEDULED) -> bool:
 
 
 def deployments(
-    config: str | None, overrides: list[str], interval_minutes: float | None, paused: bool = False
+    config: str | None,
+    overrides: list[str],
+    interval_minutes: float | None,
+    paused: bool = False,
+    by_module: bool = False,
 ):
     """The six deployments; `paused` keeps the next-round schedule paused (a schedule paused in
-    the UI stays paused when `rao serve` starts again)."""
+    the UI stays paused when `rao serve` starts again). `by_module` names each flow by its module
+    (`flows.training.train_flow`), which a worker imports from the installed project, rather than
+    by a file path on this machine."""
     params = {"config": config, "overrides": overrides}
     every = [Interval(timedelta(minutes=interval_minutes), active=not paused)] if interval_minutes else None
+    kind = {"entrypoint_type": EntrypointType.MODULE_PATH} if by_module else {}
     return [
-        train_flow.to_deployment(name="train", parameters=params, concurrency_limit=1),
+        train_flow.to_deployment(name="train", parameters=params, concurrency_limit=1, **kind),
         # one round at a time: a scheduled round that outlasts the interval makes the next one wait
-        round_flow.to_deployment(name="next-round", parameters=params, schedules=every, concurrency_limit=1),
-        evaluate_flow.to_deployment(name="evaluate", parameters=params),
-        evaluate_flow.to_deployment(name="compare", parameters={**params, "compare": True}),
-        rollout_flow.to_deployment(name="rollout", parameters=params),
-        synthesize_flow.to_deployment(name="synthesize", parameters=params),
+        round_flow.to_deployment(
+            name="next-round", parameters=params, schedules=every, concurrency_limit=1, **kind
+        ),
+        evaluate_flow.to_deployment(name="evaluate", parameters=params, **kind),
+        evaluate_flow.to_deployment(name="compare", parameters={**params, "compare": True}, **kind),
+        rollout_flow.to_deployment(name="rollout", parameters=params, **kind),
+        synthesize_flow.to_deployment(name="synthesize", parameters=params, **kind),
     ]
+
+
+def deploy_to_pool(
+    pool: str, config: str | None, overrides: list[str], interval_minutes: float | None
+) -> list[str]:
+    """Register the six deployments on the process work pool `pool` (created if missing); returns
+    their names. The runs go to whichever worker of the pool polls first."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            found = client.read_work_pool(pool)
+        except ObjectNotFound:
+            found = client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
+        if found.type != "process":
+            raise ValueError(f"--pool {pool}: a {found.type} work pool; rao deploys to process pools")
+    names = []
+    for deployment in deployments(config, overrides, interval_minutes, schedule_paused(), by_module=True):
+        deployment.apply(work_pool_name=pool)
+        names.append(f"{deployment.flow_name}/{deployment.name}")
+    return names
 
 
 def serve_all(config: str | None, overrides: list[str], interval_minutes: float | None) -> None:
