@@ -23,6 +23,7 @@ from rao_core.envs.checks import RunCheckError, check_run
 from rao_core.placement import PlacementError
 from rao_core.run import load_config
 from rao_core.runlock import RunBusy
+from rao_core.train.launch import LaunchError
 
 
 def _config_args(p: argparse.ArgumentParser, check: bool = False) -> None:
@@ -537,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"config error: {e}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, FileExistsError, ValueError, RunBusy, PlacementError) as e:
+    except (FileNotFoundError, FileExistsError, ValueError, RunBusy, PlacementError, LaunchError) as e:
         if os.environ.get("RAO_DEBUG"):
             raise
         print(f"error: {e}", file=sys.stderr)

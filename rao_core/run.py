@@ -193,3 +193,19 @@ def check_files_exist(
         raise ConfigError(f"judge.rubric: {judge.rubric!r}: file not found")
     if train.accelerate_config and not Path(train.accelerate_config).is_file():
         raise ConfigError(f"train.accelerate_config: {train.accelerate_config!r}: file not found")
+    launch = (
+        yaml.safe_load(Path(train.accelerate_config).read_text()) or {} if train.accelerate_config else {}
+    )
+    if launch.get("use_cpu") and launch.get("distributed_type") in ("FSDP", "DEEPSPEED"):
+        raise ConfigError(
+            f"train.accelerate_config: {train.accelerate_config}: {launch['distributed_type']} with use_cpu: "
+            "accelerate shards only on GPUs (on the CPU it would silently run DDP); use "
+            "configs/accelerate/ddp-cpu.yaml"
+        )
+    if train.nnodes > 1:
+        n = int(launch.get("num_processes", 1))
+        if n % train.nnodes:
+            raise ConfigError(
+                f"train.nnodes: {train.nnodes}: does not divide the {n} processes of {train.accelerate_config} "
+                "(num_processes counts the ranks of all nodes)"
+            )

@@ -26,7 +26,8 @@ def round_lr(run: Run, round_: int) -> float:
 def train(run: Run, round_: int) -> dict[str, Any]:
     """Train version round_+1 (train.*, the round's learning rate); returns its metrics. A complete
     checkpoint is returned as it is. With train.accelerate_config, on N processes."""
-    from rao_core.train.stage import launch_round, train_round  # torch, TRL: only when training
+    from rao_core.train.launch import launch_round  # torch, TRL: only when training
+    from rao_core.train.stage import train_round
 
     cfg, ckpt = run.config, run.checkpoints
     note(run, f"training of round {round_}")
@@ -39,7 +40,7 @@ def train(run: Run, round_: int) -> dict[str, Any]:
         room, threads = make_room_for_training(), contextlib.nullcontext()  # vLLM sleeps (or stops)
     with room, threads:
         if cfg.train.accelerate_config:
-            return launch_round(cfg.train.accelerate_config, *paths, train_cfg, ckpt.initial(), tokenizer)
+            return launch_round(*paths, train_cfg, ckpt.initial(), tokenizer)
         return train_round(*paths, train_cfg, ckpt.initial(), tokenizer)
 
 

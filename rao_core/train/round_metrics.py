@@ -45,6 +45,7 @@ def round_metrics(
         "steps": len(plan),
         "microbatches": sum(len(step) for step in plan),
         "processes": world_size,
+        "parallelism": str(trainer.accelerator.distributed_type.value),  # NO, MULTI_CPU (DDP), FSDP, ...
         "loss": sum(step_losses) / len(step_losses),
         "step_losses": step_losses,
         "grad_norm": float(grad_norms[-1]) if grad_norms else math.nan,

@@ -12,7 +12,7 @@ Data-parallel on several processes (DDP, FSDP, ZeRO-3), launched as its own prog
         --out runs/default/checkpoints/version=4 [--config run.yaml] [--set train.lr=1e-6 ...]
 
 Every rank trains its share; only rank 0 writes the checkpoint, the others wait for it. The campaign
-starts this itself (`launch_round`) when `train.accelerate_config` is set.
+starts this itself (rao_core/train/launch.py) when `train.accelerate_config` is set.
 """
 
 from __future__ import annotations
@@ -23,9 +23,7 @@ import dataclasses
 import gc
 import json
 import logging
-import os
 import shutil
-import sys
 import tempfile
 import time
 import uuid
@@ -291,58 +289,6 @@ def peak_rss_mib() -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def launcher(accelerate_config: str | Path) -> tuple[list[str], dict[str, str]]:
-    """The command (and extra environment) that starts the N processes an accelerate config describes.
-
-    `accelerate launch` starts several CPU processes only through mpirun (MULTI_CPU): a CPU config
-    (`use_cpu: true`) is started with torchrun instead (gloo backend, a free port of its own), which
-    is the same data-parallel run. Every other config goes to `accelerate launch --config_file`.
-    """
-    conf = yaml.safe_load(Path(accelerate_config).read_text()) or {}
-    n = int(conf.get("num_processes", 1))
-    if conf.get("use_cpu") and n > 1 and not conf.get("mpirun_config"):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}"]
-        return cmd, {"ACCELERATE_USE_CPU": "true"}
-    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(accelerate_config)], {}
-
-
-def launch_round(
-    accelerate_config: str | Path,
-    run_dir: Path,
-    round: int,
-    model_path: Path,
-    out_path: Path,
-    cfg: TrainConfig,
-    origin: Path | None = None,
-    tokenizer: str | Path | None = None,
-) -> dict[str, Any]:
-    """`train_round` on N processes, as `accelerate launch --config_file <accelerate_config> -m rao_core.train.stage`.
-
-    `accelerate launch` starts N copies of a program, so the campaign cannot be launched that way (it
-    would run N campaigns): it starts this stage alone as a subprocess and waits for its checkpoint.
-    The training config travels as a YAML file; the child never relaunches itself.
-    """
-    if is_complete(out_path):
-        return json.loads((Path(out_path) / METRICS).read_text())
-    cmd, env = launcher(accelerate_config)
-    with tempfile.TemporaryDirectory(prefix="rao-launch-") as tmp:
-        conf = Path(tmp) / "run.yaml"
-        conf.write_text(yaml.safe_dump({"train": {**dataclasses.asdict(cfg), "accelerate_config": ""}}))
-        cmd += ["-m", "rao_core.train.stage", "--run-dir", str(run_dir), "--round", str(round)]
-        cmd += ["--model", str(model_path), "--out", str(out_path), "--config", str(conf)]
-        cmd += ["--origin", str(origin)] if origin else []
-        cmd += ["--tokenizer", str(tokenizer)] if tokenizer else []
-        # an interrupt ends the ranks too; `rao status` says the stage runs launched
-        interrupts.run_in_own_session(
-            cmd, {**os.environ, **env}, lambda: runlock.note_progress(run_dir, "launched")
-        )
-    if not is_complete(out_path):
-        raise RuntimeError(
-            f"the launched training stage finished without a complete checkpoint at {out_path}"
-        )
-    return json.loads((Path(out_path) / METRICS).read_text())
 
 
 def main(argv: list[str] | None = None) -> None:
