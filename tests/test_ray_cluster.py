@@ -42,7 +42,15 @@ ROOT = Path(__file__).resolve().parents[1]
 def cluster():
     from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    health = {
+        "health_check_initial_delay_ms": 0,
+        "health_check_period_ms": 1000,
+        "health_check_failure_threshold": 3,
+    }
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 0, "include_dashboard": False, "_system_config": health},
+    )
     for _ in range(2):
         c.add_node(num_cpus=1)
     c.wait_for_nodes()
@@ -113,7 +121,8 @@ def shard_on_a_lost_node(run: Run, round_: int, shard: int) -> str:
 
 def test_a_node_lost_mid_round(cluster, prefect_api, tmp_path, monkeypatch):
     """A worker node removed while it runs a shard: Ray runs that shard again on the node left,
-    and the round holds every tree once."""
+    and the round holds every tree once. (The head checks its nodes every second here, so a lost
+    node is noticed in about 3 s rather than Ray's default 30.)"""
     from flows.training import rollout_flow
 
     monkeypatch.setattr(stages, "rollout_shard", shard_on_a_lost_node)  # what the flow maps over Ray
