@@ -26,6 +26,7 @@ rao_core is not installed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -76,16 +77,11 @@ def started(pid: int) -> int | None:
 def end(pids: dict[int, int | None], sig: int, grace_s: float) -> None:
     """`sig` to each process (pid: its start time), then SIGKILL to those alive after `grace_s`."""
 
-    def signal_all(s: int) -> bool:
-        sent = False
+    def signal_all(s: int) -> None:
         for pid, t in pids.items():
-            if started(pid) == t and t is not None:  # the same process, not a reused pid
-                try:
+            if t is not None and started(pid) == t:  # the same process, not a reused pid
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, s)
-                    sent = True
-                except ProcessLookupError:
-                    pass
-        return sent
 
     signal_all(sig)
     deadline = time.monotonic() + grace_s
@@ -120,7 +116,8 @@ def reap(parent: int, grace_s: float) -> None:
 def exit_like(code: int) -> None:
     """End this process as the child ended: its exit code, or the signal that killed it."""
     if code < 0:
-        signal.signal(-code, signal.SIG_DFL)
+        with contextlib.suppress(OSError):  # SIGKILL has no handler to reset
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     sys.exit(code)
 

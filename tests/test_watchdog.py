@@ -60,6 +60,11 @@ def test_exit_codes_and_signals_pass_through():
         time.sleep(0.05)
     dog.send_signal(signal.SIGTERM)
     assert dog.wait(timeout=10) == -signal.SIGTERM  # passed on; the command died of it, so did the watchdog
+    dog = subprocess.Popen([sys.executable, str(WATCHDOG), me, "--", *SLEEPER])
+    while not (command := psutil.Process(dog.pid).children()):
+        time.sleep(0.05)
+    command[0].kill()
+    assert dog.wait(timeout=10) == -signal.SIGKILL  # a command killed outright: the same for its watchdog
 
 
 def test_the_reaper_ends_what_its_parent_started_even_reparented():
