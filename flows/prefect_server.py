@@ -5,8 +5,9 @@ terminal's Ctrl-C stopped the server first, and the flow then spent minutes retr
 ("Error logging to API"). This one is the same server (`prefect.server.api.server:create_app`
 under uvicorn, as Prefect runs it) in a session of its own: it outlives the interrupt long enough
 to record how the flow run ended, then the command stops it. A command killed outright (SIGKILL)
-runs no `finally`: the server's watchdog (rao_core/watchdog.py) then ends it within a second. With `PREFECT_API_URL` set (a
-`prefect server start` of your own, Prefect Cloud), that server is used and nothing is started.
+runs no `finally`: the server's watchdog (rao_core/watchdog.py) then ends it within a second.
+With `PREFECT_API_URL` set (a `prefect server start` of your own, Prefect Cloud), that server is
+used and nothing is started.
 """
 
 from __future__ import annotations

@@ -43,7 +43,6 @@ import psutil
 
 from rao_core import watchdog
 from rao_core.layout import RunLayout
-from rao_core.watchdog import WATCHDOG
 
 T = TypeVar("T")
 GRACE_S = 20.0  # after the first signal: the clean-up's time before everything is killed
@@ -288,7 +287,13 @@ def run_in_own_session(
     ranks) in a session of their own: on an interrupt or any error they are all ended together,
     and a terminal's Ctrl-C reaches them only through this process. `started` is called once the
     child runs."""
-    watched = [sys.executable, str(WATCHDOG), str(os.getpid()), "--kill", "--"]  # SIGKILLed, this ends them
+    watched = [
+        sys.executable,
+        str(watchdog.WATCHDOG),
+        str(os.getpid()),
+        "--kill",
+        "--",
+    ]  # SIGKILLed, this ends them
     proc = subprocess.Popen([*watched, *cmd], env=env, start_new_session=True)
     try:
         if started is not None:

@@ -193,6 +193,22 @@ def check_files_exist(
         raise ConfigError(f"judge.rubric: {judge.rubric!r}: file not found")
     if train.accelerate_config and not Path(train.accelerate_config).is_file():
         raise ConfigError(f"train.accelerate_config: {train.accelerate_config!r}: file not found")
+    check_launch(train)
+
+
+def check_launch(train: TrainConfig) -> None:
+    """train.launcher and its settings, against the accelerate config they launch."""
+    if train.launcher == "torchrun" and not train.accelerate_config:
+        raise ConfigError(
+            "train.launcher: torchrun: needs train.accelerate_config (the processes and their parallelism)"
+        )
+    if train.nnodes > 1 and (
+        train.launcher != "torchrun" or not train.rdzv_endpoint or not train.node_command
+    ):
+        raise ConfigError(
+            f"train.nnodes: {train.nnodes}: needs train.launcher=torchrun, train.rdzv_endpoint=host:port and "
+            "train.node_command (what starts torchrun on every node, e.g. 'srun --nodes=2 --ntasks-per-node=1')"
+        )
     launch = (
         yaml.safe_load(Path(train.accelerate_config).read_text()) or {} if train.accelerate_config else {}
     )

@@ -155,8 +155,9 @@ def start_reaper() -> None:
     """One reaper for this process (`--reap`), in a session of its own so that a SIGKILL to this
     process's group spares it, and holding none of this process's pipes. Spawned without a Popen,
     whose finalizer would warn that it still runs: it is meant to outlive this process."""
-    if _reaper and os.waitpid(_reaper[0], os.WNOHANG) == (0, 0):
-        return  # already running
+    with contextlib.suppress(ChildProcessError):  # (already waited for elsewhere: start another)
+        if _reaper and os.waitpid(_reaper[0], os.WNOHANG) == (0, 0):
+            return  # already running
     null = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
     argv = [sys.executable, str(WATCHDOG), str(os.getpid()), "--reap", "--grace", "3"]
     _reaper[:] = [os.posix_spawn(sys.executable, argv, os.environ, file_actions=null, setsid=True)]

@@ -271,42 +271,14 @@ class TrainConfig:
     )
     launcher: Literal["accelerate", "torchrun"] = opt(
         "accelerate",
-        "how a train.accelerate_config stage starts: accelerate launch, or torchrun (c10d rendezvous, "
-        "several nodes) with the environment accelerate would give the ranks",
+        "how an accelerate_config stage starts: accelerate launch, or torchrun (c10d, several nodes)",
         resume="free",
     )
-    nnodes: Int = opt(
-        1,
-        "launcher torchrun: nodes the stage runs on (accelerate_config's num_processes in all)",
-        ge=1,
-        resume="free",
-    )
-    rdzv_endpoint: str = opt(
-        "",
-        "launcher torchrun: host:port of the c10d rendezvous (a node every node reaches); needed for nnodes > 1",
-        resume="free",
-    )
+    nnodes: Int = opt(1, "launcher torchrun: nodes (num_processes counts all ranks)", ge=1, resume="free")
+    rdzv_endpoint: str = opt("", "launcher torchrun: host:port of the c10d rendezvous", resume="free")
     node_command: str = opt(
-        "",
-        "launcher torchrun, nnodes > 1: the command prefix that runs torchrun once on every node "
-        "(e.g. 'srun --nodes=2 --ntasks-per-node=1')",
-        resume="free",
+        "", "nnodes > 1: runs torchrun once per node ('srun --nodes=2 ...')", resume="free"
     )
-
-    @model_validator(mode="after")
-    def _launch(self) -> TrainConfig:
-        if self.launcher == "torchrun" and not self.accelerate_config:
-            raise ValueError(
-                "train.launcher: torchrun: needs train.accelerate_config (the processes and their parallelism)"
-            )
-        if self.nnodes > 1 and (
-            self.launcher != "torchrun" or not self.rdzv_endpoint or not self.node_command
-        ):
-            raise ValueError(
-                f"train.nnodes: {self.nnodes}: needs train.launcher=torchrun, train.rdzv_endpoint=host:port and "
-                "train.node_command (what starts torchrun on every node, e.g. 'srun --nodes=2 --ntasks-per-node=1')"
-            )
-        return self
 
 
 @section

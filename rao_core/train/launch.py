@@ -34,8 +34,8 @@ import yaml
 
 from rao_core import interrupts, runlock
 from rao_core.checkpoints import is_complete
-from rao_core.layout import METRICS
 from rao_core.config import TrainConfig
+from rao_core.layout import METRICS
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
@@ -70,13 +70,8 @@ def launch_command(cfg: TrainConfig, rdzv_id: str) -> tuple[list[str], dict[str,
         return [*shlex.split(cfg.node_command), *cmd], accelerate_env(cfg.accelerate_config)
     if conf.get("use_cpu") and n > 1 and not conf.get("mpirun_config"):
         return [*TORCHRUN, "--standalone", f"--nproc_per_node={n}"], {"ACCELERATE_USE_CPU": "true"}
-    return [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--config_file",
-        str(cfg.accelerate_config),
-    ], {}
+    accelerate_launch = [sys.executable, "-m", "accelerate.commands.launch"]
+    return [*accelerate_launch, "--config_file", str(cfg.accelerate_config)], {}
 
 
 def launch_round(
