@@ -201,3 +201,19 @@ def test_explain_works_on_a_partial_configuration(capsys):
     assert "policy.base_url [policy.kind openai]" in capsys.readouterr().out
     assert main(["config", "--explain", "suite_args", "--set", "suite=nope:Nope"]) == 2
     assert capsys.readouterr().err.startswith("config error: suite: 'nope:Nope': cannot import nope")
+
+
+def test_the_training_launcher_settings_are_checked(tmp_path):
+    """train.launcher=torchrun needs an accelerate config; several nodes need the rendezvous and
+    the node command, and must divide the config's processes."""
+    ddp = f"train.accelerate_config={Path(__file__).resolve().parents[1] / 'configs/accelerate/ddp-cpu.yaml'}"
+    with pytest.raises(ConfigError, match="train.launcher: torchrun: needs train.accelerate_config"):
+        load_config(overrides=[f"runs_dir={tmp_path}", "train.launcher=torchrun"])
+    with pytest.raises(
+        ConfigError, match="train.nnodes: 2: needs train.launcher=torchrun, train.rdzv_endpoint"
+    ):
+        load_config(overrides=[f"runs_dir={tmp_path}", ddp, "train.launcher=torchrun", "train.nnodes=2"])
+    nodes = ["train.launcher=torchrun", "train.rdzv_endpoint=head:29500", "train.node_command=srun -N3"]
+    with pytest.raises(ConfigError, match="train.nnodes: 3: does not divide the 2 processes"):
+        load_config(overrides=[f"runs_dir={tmp_path}", ddp, *nodes, "train.nnodes=3"])
+    assert load_config(overrides=[f"runs_dir={tmp_path}", ddp, *nodes, "train.nnodes=2"]).train.nnodes == 2
