@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from rao_core.config import ConfigError, parse_override
