@@ -17,15 +17,13 @@ from rao_core.config.policy import (
     AnyPolicy,
     HFPolicy,
 )
+from rao_core.config.train import TrainConfig
 from rao_core.config.types import (
     ContextLimits,
-    Device,
     Difficulties,
     Float,
     Int,
-    Labels,
     Modes,
-    NumberList,
     opt,
     section,
 )
@@ -179,106 +177,6 @@ class ScoringConfig:
     unfinished_roots: Literal["keep", "drop"] = opt("keep", "trees whose root never finished")
     single_tree_groups: Literal["skip", "zero_baseline"] = opt("skip", "groups with one valid tree")
     zero_advantage_groups: Literal["skip", "keep"] = opt("skip", "groups whose advantages are all 0")
-
-
-LossType = Literal["cispo", "grpo", "dr_grpo", "dapo", "bnpo", "sapo", "luspo", "vespo"]
-
-
-@section
-class TrainConfig:
-    """The training stage. Reference (Qwen3-4B): AdamW lr 3e-6, betas (0.9, 0.95), wd 0.017, clip 1.0, bf16.
-
-    The log-probs are taken at the temperature each node was sampled at (recorded in the nodes
-    table), so there is no training temperature to keep in step with the sampler's."""
-
-    loss_type: LossType = opt(
-        "cispo", "TRL loss; cispo = -(sg(clip(ratio, 0, clip_high)) * A * log pi), token mean (the reference)"
-    )
-    lr: Float = opt(
-        3e-4,
-        "AdamW learning rate, constant within a round (the tiny model; the paper uses 3e-6 for 4B; 0 measures without updating)",
-        ge=0,
-        lt=1,
-    )
-    lr_final: Float = opt(
-        1.0,
-        "lr multiplier at the campaign's last round: the lr goes linearly from lr (round 0) to "
-        "lr * lr_final (1: constant)",
-        ge=0,
-    )
-    betas: Annotated[list[Annotated[Float, Field(ge=0, lt=1)]], NumberList] = opt(
-        [0.9, 0.95], "AdamW betas (two numbers in [0, 1))", min_length=2, max_length=2
-    )
-    weight_decay: Float = opt(0.017, "AdamW weight decay", ge=0)
-    max_grad_norm: Float = opt(1.0, "gradient clipping by global norm; 0 disables it", ge=0)
-    clip_high: Float = opt(
-        5.0, "cispo: cap of the importance ratio (TRL epsilon_high); others: upper epsilon", gt=0
-    )
-    clip_low: Float = opt(
-        0.2, "grpo-family losses: lower clip epsilon (TRL epsilon); unused by cispo", ge=0, lt=1
-    )
-    beta: Float = opt(
-        0.0,
-        "KL coefficient toward policy version 0 (TRL's k3 term on action tokens); 0 = none, the RAO "
-        "reference; > 0 keeps a frozen float32 copy of version 0 beside the policy (LoRA: the base)",
-        ge=0,
-    )
-    bf16: StrictBool | None = opt(
-        None,
-        "bf16 autocast over fp32 master weights; null = on CUDA, and on a CPU with bf16 matrix units "
-        "(AMX, AVX512-BF16) when the checkpoint is stored in bf16 (SmolLM2; not the fp32 tiny models)",
-    )
-    gradient_checkpointing: StrictBool = opt(False, "recompute activations in backward (long contexts)")
-    fused_adamw: StrictBool | None = opt(
-        None,
-        "AdamW's fused kernel (torch fused=True), the same update up to rounding; null = on CUDA only "
-        "(the CPU keeps the plain one, bit for bit)",
-        resume="free",
-    )
-    lora: StrictBool = opt(
-        False,
-        "train a LoRA adapter over the frozen version-0 model (needs the lora extra: peft); the "
-        "adapter and its optimizer state carry from round to round, and engines serve base + adapter",
-    )
-    lora_r: Int = opt(16, "LoRA rank", ge=1)
-    lora_alpha: Int = opt(32, "LoRA alpha", ge=1)
-    lora_dropout: Float = opt(
-        0.0, "LoRA dropout (0 keeps sampler and trainer log-probs comparable)", ge=0, lt=1
-    )
-    lora_targets: Labels = opt(
-        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-        "LoRA target modules",
-        min_length=1,
-    )
-    max_tokens_per_microbatch: Int = opt(
-        16384, "padded tokens (rows x longest row) per forward/backward", ge=1
-    )
-    keep_optimizer_state: StrictBool = opt(
-        True,
-        "carry AdamW's moments from round to round (trainer_state/optimizer.pt in the latest "
-        "checkpoint: 2x the trained weights)",
-    )
-    steps_per_round: Int = opt(
-        4, "optimiser steps per round: the batch is dealt into this many mini-batches", ge=1
-    )
-    seed: Int = opt(0, "seed of mini-batch dealing and of torch")
-    device: Device = opt("auto", "cpu, cuda, cuda:N (GPU N) or auto", resume="free")
-    accelerate_config: str = opt(
-        "",
-        "accelerate config file (configs/accelerate/*.yaml): the train stage then runs as its own "
-        "`accelerate launch` on N processes (DDP/FSDP/ZeRO-3); empty = in the flow's process",
-        resume="free",
-    )
-    launcher: Literal["accelerate", "torchrun"] = opt(
-        "accelerate",
-        "how an accelerate_config stage starts: accelerate launch, or torchrun (c10d, several nodes)",
-        resume="free",
-    )
-    nnodes: Int = opt(1, "launcher torchrun: nodes (num_processes counts all ranks)", ge=1, resume="free")
-    rdzv_endpoint: str = opt("", "launcher torchrun: host:port of the c10d rendezvous", resume="free")
-    node_command: str = opt(
-        "", "nnodes > 1: runs torchrun once per node ('srun --nodes=2 ...')", resume="free"
-    )
 
 
 @section

@@ -108,7 +108,24 @@ def _off_policy(run: Run, round_: int, m: dict[str, Any]) -> str:
     hist = scores_summary(run.dir, round_)["staleness"]
     by_age = ", ".join(f"{k}: {v['trained_nodes']}" for k, v in sorted(hist.items()) if v["trained_nodes"])
     kl = f", sampler mismatch KL {m['mismatch_kl']:.2g}" if "mismatch_kl" in m else ""
-    return (f", trained nodes by staleness {by_age}" if by_age else "") + kl
+    return (f", trained nodes by staleness {by_age}" if by_age else "") + kl + _corrections(m)
+
+
+def _corrections(m: dict[str, Any]) -> str:
+    """', masked 1.2% of tokens by token, 0.4% by node, truncated 3.1%, KL guard: lr x 0.31 (KL
+    0.013 > 0.004)': what train.token_mask, sequence_mask, proximal_anchor and kl_guard did."""
+    parts = [
+        f"{label} {m[key]:.1%}"
+        for key, label in (
+            ("token_masked_fraction", "masked by token"),
+            ("sequence_masked_fraction", "masked by node"),
+            ("truncated_fraction", "behaviour weight truncated"),
+        )
+        if key in m
+    ]
+    if (g := m.get("kl_guard")) and "lr_scale" in g:
+        parts.append(f"KL guard: lr x {g['lr_scale']:.2g} (KL {g['kl']:.2g} > {g['threshold']:.2g})")
+    return f", {', '.join(parts)}" if parts else ""
 
 
 def _throughput(m: dict[str, Any]) -> str:

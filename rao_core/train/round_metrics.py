@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from rao_core.train.trainer import RAOTrainer
 
 
-def _sum_over_ranks(trainer: RAOTrainer, values: list[float]) -> list[float]:
+def sum_over_ranks(trainer: RAOTrainer, values: list[float]) -> list[float]:
     """Element-wise sum over the processes (the values themselves in one process)."""
     acc = trainer.accelerator
     if acc.num_processes == 1:
@@ -33,9 +33,9 @@ def round_metrics(
     grad_norms = [h["grad_norm"] for h in trainer.state.log_history if "grad_norm" in h]
     keys = (
         "tokens", "ratio_sum", "ratio_sq_sum", "clipped", "logp_sum", "first_tokens", "first_diff_sum",
-        "first_k3_sum", "kl_sum",
+        "first_k3_sum", "kl_sum", "token_masked", "sequence_masked", "truncated",
     )  # fmt: skip
-    totals = _sum_over_ranks(trainer, [trainer.stats[k] for k in keys] + trainer.step_losses)
+    totals = sum_over_ranks(trainer, [trainer.stats[k] for k in keys] + trainer.step_losses)
     s = dict(zip(keys, totals, strict=False))
     world_size = trainer.accelerator.num_processes
     step_losses = [x / world_size for x in totals[len(keys) :]]  # each rank's loss is its share x W
@@ -64,7 +64,22 @@ def round_metrics(
         "clipped_fraction": s["clipped"] / n,
         "mean_action_logp": s["logp_sum"] / n,
         **({"kl_to_reference": s["kl_sum"] / n} if trainer.beta else {}),
+        **(corrections(trainer.cfg, s, n) if trainer.cfg.corrects else {}),
+        **({"kl_guard": trainer.guard} if trainer.guard else {}),
     }
+
+
+def corrections(cfg: Any, s: dict[str, float], n: float) -> dict[str, float]:
+    """The share of the round's action tokens each off-policy correction (offpolicy.py) masked or
+    truncated, over every optimiser step."""
+    out = {}
+    if cfg.token_mask is not None:
+        out["token_masked_fraction"] = s["token_masked"] / n
+    if cfg.sequence_mask is not None:
+        out["sequence_masked_fraction"] = s["sequence_masked"] / n
+    if cfg.proximal_anchor:
+        out["truncated_fraction"] = s["truncated"] / n
+    return out
 
 
 def sampler_mismatch(

@@ -190,8 +190,9 @@ def _train_and_publish(
             reference = load_reference(origin) if cfg.beta and not cfg.lora else None
             with tempfile.TemporaryDirectory(prefix="rao-train-") as work:
                 model, metrics = train_rows(
-                    model, tok, rows, cfg, Path(work), [NoteSteps(run_dir)], moments, reference
-                )
+                    model, tok, rows, cfg, Path(work), [NoteSteps(run_dir)], moments, reference,
+                    earlier_kls(out_path, round) if cfg.kl_guard != "off" else None,
+                )  # fmt: skip
             del reference
             optimizer_state = metrics.pop("optimizer_state", None)
             metrics = {**head, **metrics, **free, "resumed_optimizer": moments is not None}
@@ -210,6 +211,17 @@ def _train_and_publish(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def earlier_kls(out_path: Path, round: int) -> list[float]:
+    """The sampler mismatch KLs of the rounds before `round`, from the run's checkpoints beside
+    `out_path` (version v's metrics.json holds round v-1's): what train.kl_guard judges a jump by."""
+    kls = []
+    for v in range(1, round + 1):
+        metrics = out_path.parent / f"version={v}" / METRICS
+        if metrics.is_file() and "mismatch_kl" in (m := json.loads(metrics.read_text())):
+            kls.append(float(m["mismatch_kl"]))
+    return kls
 
 
 class NoteSteps(TrainerCallback):

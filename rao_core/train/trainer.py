@@ -35,12 +35,14 @@ from transformers import (
     TrainerCallback,
 )
 from trl import GRPOConfig, GRPOTrainer
+from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import add_fused_lm_head
 
 from rao_core.allocator import keep_freed_memory
 from rao_core.config import TrainConfig
 from rao_core.train.cpu_head import DeviceLogProbs
 from rao_core.train.flops import flop_shape, train_flops
+from rao_core.train.offpolicy import KLGuard, behaviour_weights
 from rao_core.train.round_metrics import round_metrics
 from rao_core.train.samples import Row, collate, logprob_temperature, plan_steps
 from rao_core.train.trl_args import grpo_args, lora_config, world
@@ -125,8 +127,15 @@ class RAOTrainer(GRPOTrainer):
         optimizer_state: dict[str, Any] | None = None,
         beta: float = 0.0,
         reference: PreTrainedModel | None = None,
+        cfg: TrainConfig | None = None,
+        kl_history: list[float] | None = None,
     ) -> None:
         self._batches = batches
+        self.cfg = cfg or TrainConfig()  # the off-policy corrections and the guard (offpolicy.py)
+        self.kl_history = kl_history or []
+        self.guard: dict[str, Any] = {}  # what the KL guard did this round, if it tripped
+        self._served = 0  # micro-batches prepared so far
+        self._proximal: dict[int, torch.Tensor] | None = None  # pi_prox of the later steps' micro-batches
         self._optimizer_state = optimizer_state
         self._inputs: dict[str, torch.Tensor] | None = None
         self.stats: dict[str, float] = defaultdict(float)
@@ -142,6 +151,12 @@ class RAOTrainer(GRPOTrainer):
             callbacks=callbacks,
         )
         self.remove_callback(PrinterCallback)  # metrics come back from train_rows instead of stdout
+        if self.cfg.corrects:
+            # TRL multiplies `importance_sampling_ratio` into its per-token loss when the samples come
+            # from an engine apart from the trainer (its vLLM path): ours always do
+            self.use_vllm = self.vllm_importance_sampling_correction = True
+        if self.cfg.kl_guard != "off":
+            self.add_callback(KLGuard(self))
         self.beta = beta  # read by TRL's _compute_loss; its config's beta stays 0 (no reference of its own)
         self.reference = None
         if beta and reference is not None:
@@ -180,22 +195,44 @@ class RAOTrainer(GRPOTrainer):
     def _prepare_inputs(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Replaces generation + scoring: the rollouts are already scored, just move them to the device
         (and, for the KL term, add the reference model's log-probs of the same tokens)."""
+        if self.cfg.corrects and self._proximal is None:  # before the round's first update
+            self._proximal = self._proximal_logps()
+        index, self._served = self._served, self._served + 1
         inputs = {k: v.to(self.accelerator.device) for k, v in inputs.items()}
+        if self._proximal and index in self._proximal:
+            inputs["proximal_logps"] = self._proximal[index].to(self.accelerator.device)
         if self.beta:
             inputs["ref_per_token_logps"] = self._reference_logps(inputs)
         return inputs
 
     @torch.no_grad()
-    def _reference_logps(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """log pi_ref of every completion token, computed as TRL computes the policy's."""
+    def _logps_of(self, model: Any, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """log-probs of every action token under `model`, computed as TRL computes the policy's."""
         ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
         mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         keep = inputs["completion_ids"].size(1)
         scored = inputs["completion_mask"] * inputs["tool_mask"]
+        return self._get_per_token_logps_and_entropies(model, ids, mask, keep, scored=scored)[0]
+
+    def _reference_logps(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """log pi_ref, the KL term's reference (version 0)."""
         if self.reference is not None:
-            return self._get_per_token_logps_and_entropies(self.reference, ids, mask, keep, scored=scored)[0]
+            return self._logps_of(self.reference, inputs)
         with self.accelerator.unwrap_model(self.model).disable_adapter():  # the LoRA base = version 0
-            return self._get_per_token_logps_and_entropies(self.model, ids, mask, keep, scored=scored)[0]
+            return self._logps_of(self.model, inputs)
+
+    def _proximal_logps(self) -> dict[int, torch.Tensor]:
+        """pi_prox of the micro-batches that later optimiser steps train on, computed now, before the
+        round's first update. The first step's micro-batches need no pass of their own: the model has
+        not moved yet when the loss computes them (pi_prox = pi, detached)."""
+        accum = self.args.gradient_accumulation_steps
+        device = self.accelerator.device
+        with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            return {
+                i: self._logps_of(self.model, {k: v.to(device) for k, v in batch.items()}).cpu()
+                for i, batch in enumerate(self._batches)
+                if i >= accum
+            }
 
     def _get_per_token_logps_and_entropies(
         self,
@@ -238,11 +275,20 @@ class RAOTrainer(GRPOTrainer):
         aux = out.aux_loss if compute_aux_loss else None
         if inputs is not None:
             cur = logps.detach()
-            old = inputs["old_per_token_logps"].to(cur.dtype)
-            old = torch.where(inputs["sampler_missing"][:, None], cur, old)
-            inputs["old_per_token_logps"] = old
+            missing = inputs["sampler_missing"][:, None]
             mask = inputs["completion_mask"] * inputs["tool_mask"]
-            self._record_ratios(cur, old, mask, inputs["sampler_missing"])
+            mu = torch.where(missing, cur, inputs["old_per_token_logps"].to(cur.dtype))  # the sampler's
+            old = mu  # what the loss's ratio is taken against
+            if self.cfg.corrects:
+                prox = inputs.get("proximal_logps", cur).to(cur.dtype)  # the first step: the model as is
+                behaviour = torch.where(missing, prox, mu)  # scripted rows: no sampler to correct for
+                weight, counts = behaviour_weights(prox, behaviour, mask, self.cfg)
+                inputs["importance_sampling_ratio"] = weight.to(cur.dtype)
+                for key, n in counts.items():
+                    self.stats[key] += n
+                old = prox if self.cfg.proximal_anchor else behaviour
+            inputs["old_per_token_logps"] = old
+            self._record_ratios(cur, old, mu, mask, inputs["sampler_missing"])
             if "ref_per_token_logps" in inputs:  # the KL estimate TRL adds to the loss (k3, at ratio 1)
                 delta = inputs["ref_per_token_logps"] - cur
                 self.stats["kl_sum"] += float(((torch.exp(delta) - delta - 1) * mask).sum())
@@ -250,8 +296,15 @@ class RAOTrainer(GRPOTrainer):
 
     @torch.no_grad()
     def _record_ratios(
-        self, cur: torch.Tensor, old: torch.Tensor, mask: torch.Tensor, missing: torch.Tensor
+        self,
+        cur: torch.Tensor,
+        old: torch.Tensor,
+        mu: torch.Tensor,
+        mask: torch.Tensor,
+        missing: torch.Tensor,
     ) -> None:
+        """Ratio statistics of the loss (pi / old) and, before any update, the sampler mismatch
+        (pi against the sampler's mu)."""
         m = mask.bool()
         ratio = torch.exp(cur - old)[m].float()
         if self.loss_type in ("cispo", "vespo"):
@@ -265,7 +318,7 @@ class RAOTrainer(GRPOTrainer):
         self.stats["logp_sum"] += float(cur[m].sum())
         sampled = m & ~missing[:, None]  # rows with the sampler's own log-probs
         if self.state.global_step == 0:  # before any update: the sampler against this version
-            log_ratio = (cur - old)[sampled].float()
+            log_ratio = (cur - mu)[sampled].float()
             self.first_step_diffs.append(log_ratio.abs().cpu())
             self.stats["first_tokens"] += float(sampled.sum())
             self.stats["first_diff_sum"] += float(log_ratio.abs().sum())
@@ -343,11 +396,13 @@ def train_rows(
     callbacks: list[TrainerCallback] | None = None,
     optimizer_state: dict[str, Any] | None = None,
     reference: PreTrainedModel | None = None,
+    kl_history: list[float] | None = None,
 ) -> tuple[PreTrainedModel | None, dict[str, Any]]:
     """Run one round's update on `rows`; returns the trained model and metrics. With
     `cfg.lora`, `model` is either a peft model (the adapter trains on) or a plain one (a fresh
     adapter is put on it). `reference`: version 0, the KL term's pi_ref when `cfg.beta` > 0
-    (with LoRA the base model is, and `reference` is not needed).
+    (with LoRA the base model is, and `reference` is not needed). `kl_history`: the earlier rounds'
+    sampler mismatch KLs, which `cfg.kl_guard` judges this round's against.
 
     Launched on N processes, every rank passes the same rows and gets the metrics of the whole round;
     the model comes back on every rank under DDP and on rank 0 only under FSDP / ZeRO-3 (None
@@ -383,6 +438,8 @@ def train_rows(
         optimizer_state=optimizer_state,
         beta=cfg.beta,
         reference=None if cfg.lora else reference,
+        cfg=cfg,
+        kl_history=kl_history,
     )
     sharded = _check_launch(trainer, cfg, rank, world_size)
     device = trainer.accelerator.device
@@ -403,6 +460,9 @@ def train_rows(
         device=str(device),
         bf16=bool(args.bf16),
     )
+    if trainer.guard.get("action") == "skip":  # no weight moved: the round's trees are dropped
+        g = trainer.guard
+        metrics.update(steps=0, skipped=f"kl_guard: sampler mismatch KL {g['kl']:.3g} > {g['threshold']:.3g}")
     if device.type == "cuda":
         metrics["peak_gpu_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
     if cfg.keep_optimizer_state and not sharded:
