@@ -123,8 +123,8 @@ def _corrections(m: dict[str, Any]) -> str:
         )
         if key in m
     ]
-    if (g := m.get("kl_guard")) and "lr_scale" in g:
-        parts.append(f"KL guard: lr x {g['lr_scale']:.2g} (KL {g['kl']:.2g} > {g['threshold']:.2g})")
+    if "kl_guard_lr_scale" in m:
+        parts.append(f"KL guard: lr x {m['kl_guard_lr_scale']:.2g} (KL over {m['kl_guard_threshold']:.2g})")
     return f", {', '.join(parts)}" if parts else ""
 
 

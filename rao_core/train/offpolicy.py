@@ -81,7 +81,7 @@ class KLGuard(TrainerCallback):
     """train.kl_guard: before the round's first optimiser step, when its tokens' sampler mismatch KL
     (summed over the ranks) jumped (`kl_guard`), skip the round (no weight moves: every gradient is
     dropped and training stops) or scale its learning rate by threshold / KL. What it did is
-    `trainer.guard` (metrics.json's `kl_guard`, the train line)."""
+    `trainer.guard`: metrics.json's kl_guard_threshold and kl_guard_skipped or kl_guard_lr_scale."""
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
@@ -97,8 +97,9 @@ class KLGuard(TrainerCallback):
         threshold = kl_guard(kl, t.kl_history, t.cfg)
         if threshold is None:
             return control
-        t.guard = {"action": t.cfg.kl_guard, "kl": kl, "threshold": threshold}
+        t.guard = {"kl": kl, "threshold": threshold}
         if t.cfg.kl_guard == "skip":
+            t.guard["skipped"] = 1
             for p in t.model.parameters():
                 p.grad = None  # AdamW leaves a parameter without a gradient as it is, moments and all
             control.should_training_stop = True

@@ -65,7 +65,7 @@ def round_metrics(
         "mean_action_logp": s["logp_sum"] / n,
         **({"kl_to_reference": s["kl_sum"] / n} if trainer.beta else {}),
         **(corrections(trainer.cfg, s, n) if trainer.cfg.corrects else {}),
-        **({"kl_guard": trainer.guard} if trainer.guard else {}),
+        **{f"kl_guard_{k}": v for k, v in trainer.guard.items() if k != "kl"},  # numbers: MLflow plots them
     }
 
 

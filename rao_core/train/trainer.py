@@ -460,7 +460,7 @@ def train_rows(
         device=str(device),
         bf16=bool(args.bf16),
     )
-    if trainer.guard.get("action") == "skip":  # no weight moved: the round's trees are dropped
+    if trainer.guard.get("skipped"):  # no weight moved: the round's trees are dropped
         g = trainer.guard
         metrics.update(steps=0, skipped=f"kl_guard: sampler mismatch KL {g['kl']:.3g} > {g['threshold']:.3g}")
     if device.type == "cuda":
