@@ -6,6 +6,7 @@ Kept apart from sections.py, which holds the sections of the rollouts and the ca
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Literal
 
 from pydantic import Field, StrictBool
@@ -110,6 +111,12 @@ class TrainConfig:
     node_command: str = opt(
         "", "nnodes > 1: runs torchrun once per node ('srun --nodes=2 ...')", resume="free"
     )
+    corrections: Literal["stale_rounds", "every_round"] = opt(
+        "stale_rounds",
+        "where token_mask, sequence_mask, proximal_anchor and kl_guard act: stale_rounds = only in "
+        "rounds that train on a tree sampled by an older version (campaign.max_staleness >= 1; at "
+        "k = 0 they never act), every_round = also on fresh trees (the sampler-trainer mismatch)",
+    )
     # Off-policy corrections (docs/overlap.md, "Corrections"). mu is the sampler's log-prob of a
     # token, pi_prox the trainer's under the version the round starts from (recomputed before the
     # round's first update), and the behaviour ratio is pi_prox / mu: 1 up to numerical noise at
@@ -143,6 +150,13 @@ class TrainConfig:
     kl_guard_floor: Float = opt(
         1e-3, "kl_guard: a KL at or below this never trips it (numerical noise)", ge=0
     )
+
+    def without_corrections(self) -> TrainConfig:
+        """This config with every correction and the guard off: a round of fresh trees under
+        corrections=stale_rounds."""
+        return dataclasses.replace(
+            self, token_mask=None, sequence_mask=None, proximal_anchor=False, kl_guard="off"
+        )
 
     @property
     def corrects(self) -> bool:

@@ -165,6 +165,8 @@ def _train_and_publish(
     cfg = with_precision(cfg, model_path)  # train.bf16: null decided by the device and the checkpoint
     free = gpu_free()  # with vLLM asleep (policy.vllm_during_train), nearly the whole device
     rows = read_rows(run_dir, round)
+    if cfg.corrections == "stale_rounds" and not trains_stale_trees(run_dir, round):
+        cfg = cfg.without_corrections()  # k = 0, or a round before the first stale one
     out_path.parent.mkdir(parents=True, exist_ok=True)
     for debris in out_path.parent.glob(f".tmp-{out_path.name}-*"):  # a killed attempt's half checkpoint
         shutil.rmtree(debris, ignore_errors=True)
@@ -211,6 +213,14 @@ def _train_and_publish(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def trains_stale_trees(run_dir: Path, round: int) -> bool:
+    """Whether round `round` trains on a node sampled by an older version than the one it trains."""
+    from rao_core.scoring import scores_summary
+
+    ages = scores_summary(run_dir, round)["staleness"]
+    return any(age > 0 and n["trained_nodes"] for age, n in ages.items())
 
 
 def earlier_kls(out_path: Path, round: int) -> list[float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -57,8 +58,11 @@ def node(
     }
 
 
-def write_round(run_dir, successes: list[float], seed: int = 0, round_: int = 0) -> None:
-    """Two root tasks x len(successes) trees; a root has one or two children sharing its success."""
+def write_round(
+    run_dir, successes: list[float], seed: int = 0, round_: int = 0, version: int | None = None
+) -> None:
+    """Two root tasks x len(successes) trees; a root has one or two children sharing its success.
+    `version`: the policy version that sampled them (default: the round's own, k = 0)."""
     rng = np.random.default_rng(seed)
     rows = []
     for t in range(2):
@@ -67,9 +71,13 @@ def write_round(run_dir, successes: list[float], seed: int = 0, round_: int = 0)
             rows.append(node(f"t{t}", g, "0", None, s, rng, scripted, round_))
             for c in range(1 + g % 2):
                 rows.append(node(f"t{t}", g, f"0.{c}", "0", s, rng, scripted, round_))
+    if version is not None:
+        rows = [{**r, "policy_version": version} for r in rows]
     table = pa.Table.from_pylist(rows, schema=NODE_SCHEMA)
     write_partition({"nodes": table}, RunLayout(run_dir).rollouts(round_))
-    score_round(run_dir, round_, ScoringConfig())
+    score_round(
+        run_dir, round_, ScoringConfig(), max_staleness=round_ - (round_ if version is None else version)
+    )
 
 
 @pytest.fixture
@@ -162,3 +170,35 @@ def test_adam_moments_carry_over_from_round_to_round(tmp_path, checkpoint):
     moved_a = sum((a[k] - start[k]).abs().sum() for k in a)
     moved_b = sum((b[k] - start[k]).abs().sum() for k in b)
     assert moved_a > 0 and moved_b > 0 and not torch.allclose(moved_a, moved_b, rtol=1e-3)
+
+
+def test_corrections_act_only_in_rounds_of_stale_trees(tmp_path, checkpoint):
+    """train.corrections=stale_rounds (the default): a round of fresh trees (k = 0) trains exactly as
+    with the corrections off; a round whose trees an older version sampled is corrected."""
+    on = TrainConfig(
+        lr=1e-3, max_tokens_per_microbatch=128, steps_per_round=2, token_mask=1.5, sequence_mask=1.2,
+        proximal_anchor=True, kl_guard="scale",
+    )  # fmt: skip
+    fresh, stale = tmp_path / "fresh", tmp_path / "stale"
+    write_round(fresh, [1.0, 0.0, 1.0, 0.0], round_=1)
+    write_round(stale, [1.0, 0.0, 1.0, 0.0], round_=1, version=0)
+    plain = train_round(fresh, 1, checkpoint, tmp_path / "plain", dataclasses.replace(CFG, steps_per_round=2))
+    kept = train_round(fresh, 1, checkpoint, tmp_path / "kept", on)
+    assert kept["loss"] == plain["loss"] and kept["grad_norms"] == plain["grad_norms"]
+    assert "token_masked_fraction" not in kept
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(
+            weights(tmp_path / "plain").values(), weights(tmp_path / "kept").values(), strict=True
+        )
+    )
+    corrected = train_round(stale, 1, checkpoint, tmp_path / "corrected", on)
+    assert {"token_masked_fraction", "sequence_masked_fraction", "truncated_fraction"} <= corrected.keys()
+    everywhere = train_round(
+        fresh,
+        1,
+        checkpoint,
+        tmp_path / "everywhere",
+        dataclasses.replace(on, corrections="every_round"),
+    )
+    assert "token_masked_fraction" in everywhere
