@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictBool
+from pydantic import Field, StrictBool, model_validator
 
 from rao_core.config.types import Device, Float, Int, Labels, NumberList, opt, section
 
@@ -150,6 +150,15 @@ class TrainConfig:
     kl_guard_floor: Float = opt(
         1e-3, "kl_guard: a KL at or below this never trips it (numerical noise)", ge=0
     )
+
+    @model_validator(mode="after")
+    def _corrections_fit_the_loss(self) -> TrainConfig:
+        if self.corrects and self.loss_type == "vespo":  # TRL folds the weight into VESPO's own
+            raise ValueError(
+                "train.loss_type: 'vespo': computes its own sequence weights; use token_mask, "
+                "sequence_mask and proximal_anchor with cispo or the grpo family"
+            )
+        return self
 
     def without_corrections(self) -> TrainConfig:
         """This config with every correction and the guard off: a round of fresh trees under

@@ -249,3 +249,44 @@ def test_the_guard_scales_the_round_lr(tmp_path):
     plain, _ = train_rows(copy.deepcopy(model), tiny_tokenizer(), rows, plain_cfg, tmp_path / "b")
     for (k, a), b in zip(params(guarded).items(), params(plain).values(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7, msg=k)
+
+
+def test_dapo_clips_around_the_proximal_policy(tmp_path):
+    """The grpo family under the anchor: -min(r A, clip(r, 1 - eps, 1 + eps_high) A) x weight, with
+    r = pi / pi_prox, against the same written out by hand (token mean, as cispo)."""
+    settings = dict(token_mask=1.5, proximal_anchor=True, behaviour_cap=1.3)
+    model = tiny_model()
+    rows = stale_rows(model, 8, seed=16)
+    prox = own_logps(model, rows)
+    ref_model = copy.deepcopy(model)
+    total, n = torch.zeros(()), 0
+    for r in rows:
+        logp = reference_token_logps(ref_model, r)
+        mask = [bool(a) for a in r.action_mask[1:]]
+        p = prox[r.node_id]
+        mu = p if r.logprobs is None else torch.as_tensor(r.logprobs[1:])
+        w, _ = ref_weights(p.tolist(), mu.tolist(), mask, settings)
+        ratio = torch.exp(logp - p)
+        per_token = -torch.min(ratio * r.weight, torch.clamp(ratio, 1 - 0.2, 1 + 0.28) * r.weight)
+        total = total + (torch.as_tensor(w) * per_token)[torch.as_tensor(mask)].sum()
+        n += sum(mask)
+    (total / n).backward()
+    ref = {k: p.grad for k, p in ref_model.named_parameters() if p.grad is not None}
+    cap = GradCapture()
+    cfg = TrainConfig(**PROBE, loss_type="dapo", clip_low=0.2, clip_high=0.28, **settings)
+    train_rows(model, tiny_tokenizer(), rows, cfg, tmp_path, [cap])
+    assert_grads_close(cap.steps[0], ref)
+
+
+def test_settings_out_of_range_are_refused_in_one_line():
+    from rao_core.run import load_config
+
+    for bad, said in (
+        ("train.token_mask=1", "greater than 1"),
+        ("train.sequence_mask=0.5", "greater than 1"),
+        ("train.kl_guard=drop", "train.kl_guard"),
+    ):
+        with pytest.raises(Exception, match=said):
+            load_config(overrides=[bad])
+    with pytest.raises(Exception, match="vespo"):
+        load_config(overrides=["train.proximal_anchor=true", "train.loss_type=vespo"])
