@@ -165,7 +165,8 @@ def _train_and_publish(
     cfg = with_precision(cfg, model_path)  # train.bf16: null decided by the device and the checkpoint
     free = gpu_free()  # with vLLM asleep (policy.vllm_during_train), nearly the whole device
     rows = read_rows(run_dir, round)
-    if cfg.corrections == "stale_rounds" and not trains_stale_trees(run_dir, round):
+    stale = trains_stale_trees(run_dir, round)
+    if cfg.corrections == "stale_rounds" and not stale:
         cfg = cfg.without_corrections()  # k = 0, or a round before the first stale one
     out_path.parent.mkdir(parents=True, exist_ok=True)
     for debris in out_path.parent.glob(f".tmp-{out_path.name}-*"):  # a killed attempt's half checkpoint
@@ -174,6 +175,7 @@ def _train_and_publish(
     head = {
         "round": round,
         "policy_version": round + 1,
+        "stale_trees": stale,  # trained on a tree an older version sampled (campaign.max_staleness)
         "model_path": str(model_path),
         "config": dataclasses.asdict(cfg),
     }
@@ -193,7 +195,7 @@ def _train_and_publish(
             with tempfile.TemporaryDirectory(prefix="rao-train-") as work:
                 model, metrics = train_rows(
                     model, tok, rows, cfg, Path(work), [NoteSteps(run_dir)], moments, reference,
-                    earlier_kls(out_path, round) if cfg.kl_guard != "off" else None,
+                    earlier_kls(out_path, round, cfg.corrections == "stale_rounds") if cfg.kl_guard != "off" else None,
                 )  # fmt: skip
             del reference
             optimizer_state = metrics.pop("optimizer_state", None)
@@ -223,13 +225,16 @@ def trains_stale_trees(run_dir: Path, round: int) -> bool:
     return any(age > 0 and n["trained_nodes"] for age, n in ages.items())
 
 
-def earlier_kls(out_path: Path, round: int) -> list[float]:
+def earlier_kls(out_path: Path, round: int, stale_only: bool) -> list[float]:
     """The sampler mismatch KLs of the rounds before `round`, from the run's checkpoints beside
-    `out_path` (version v's metrics.json holds round v-1's): what train.kl_guard judges a jump by."""
+    `out_path` (version v's metrics.json holds round v-1's): what train.kl_guard judges a jump by.
+    `stale_only`: of the rounds that trained on stale trees (a fresh round's KL is only the
+    numerical mismatch, far below a stale round's)."""
     kls = []
     for v in range(1, round + 1):
-        metrics = out_path.parent / f"version={v}" / METRICS
-        if metrics.is_file() and "mismatch_kl" in (m := json.loads(metrics.read_text())):
+        path = out_path.parent / f"version={v}" / METRICS
+        m = json.loads(path.read_text()) if path.is_file() else {}
+        if "mismatch_kl" in m and (m.get("stale_trees") or not stale_only):
             kls.append(float(m["mismatch_kl"]))
     return kls
 

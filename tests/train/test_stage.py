@@ -202,3 +202,18 @@ def test_corrections_act_only_in_rounds_of_stale_trees(tmp_path, checkpoint):
         dataclasses.replace(on, corrections="every_round"),
     )
     assert "token_masked_fraction" in everywhere
+
+
+def test_the_guard_reads_the_earlier_rounds_kls(tmp_path):
+    """Version v's metrics hold round v-1's KL; under stale_rounds only stale rounds count (a fresh
+    round's KL is numerical noise), and a version without metrics is passed over."""
+    from rao_core.train.stage import earlier_kls
+
+    ckpts = tmp_path / "checkpoints"
+    for v, kl, stale in ((1, 1e-12, False), (2, 4e-4, True), (4, 9e-4, True)):
+        (ckpts / f"version={v}").mkdir(parents=True)
+        (ckpts / f"version={v}" / METRICS).write_text(json.dumps({"mismatch_kl": kl, "stale_trees": stale}))
+    out = ckpts / "version=5"
+    assert earlier_kls(out, 4, stale_only=True) == [4e-4, 9e-4]
+    assert earlier_kls(out, 4, stale_only=False) == [1e-12, 4e-4, 9e-4]
+    assert earlier_kls(out, 2, stale_only=True) == [4e-4]  # rounds 0 and 1 only
