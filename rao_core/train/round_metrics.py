@@ -66,6 +66,15 @@ def round_metrics(
         **({"kl_to_reference": s["kl_sum"] / n} if trainer.beta else {}),
         **(corrections(trainer.cfg, s, n) if trainer.cfg.corrects else {}),
         **{f"kl_guard_{k}": v for k, v in trainer.guard.items() if k != "kl"},  # numbers: MLflow plots them
+        **(guard_skipped(trainer.guard) if trainer.guard.get("skipped") else {}),
+    }
+
+
+def guard_skipped(guard: dict[str, float]) -> dict[str, Any]:
+    """The KL guard dropped the round (offpolicy.KLGuard): no optimiser step moved a weight."""
+    return {
+        "steps": 0,
+        "skipped": f"kl_guard: sampler mismatch KL {guard['kl']:.3g} > {guard['threshold']:.3g}",
     }
 
 

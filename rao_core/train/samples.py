@@ -1,4 +1,5 @@
-"""Training rows: read a round's trained nodes, plan optimiser steps, pack micro-batches by tokens.
+"""Training rows: read a round's trained nodes, plan optimiser steps, pack micro-batches by tokens,
+deal them to the ranks of a launched round.
 
 One row per node (its whole token sequence). The loss covers only the node's own action tokens
 (`action_mask`), scaled by `weighted_advantage` = depth weight x advantage (RAO Eq. 5). Token 0 of a
@@ -196,4 +197,37 @@ def microbatches(rows: list[Row], plan: list[list[list[int]]], pad_id: int) -> l
         n_step = sum(rows[i].action_tokens for mb in step for i in mb)
         for mb in step:
             out.append(collate([rows[i] for i in mb], pad_id, n_step * accum / len(step)))
+    return out
+
+
+def rank_batches(
+    rows: list[Row], plan: list[list[list[int]]], pad_id: int, rank: int = 0, world_size: int = 1
+) -> list[dict[str, torch.Tensor]]:
+    """This rank's micro-batches of every optimiser step, in training order.
+
+    Rank r takes micro-batches r, r+W, r+2W, ... of each step. Every rank must run the same number
+    per step, ceil(n/W) (DDP's gradient sync and TRL's metric collectives pair up call by call), so a
+    rank short of one runs a filler: the step's shortest row with its loss mask and advantage zeroed,
+    which adds exactly zero to the loss and the gradient.
+
+    `num_items_in_batch` is the step's GLOBAL action-token count N, rescaled as in
+    `samples.microbatches`: TRL divides the summed token loss by `num_items * k / grad_accum / W`
+    (k = this step's micro-batches per rank), i.e. by N / W, and DDP averages the gradients of the W
+    ranks, so the all-reduced gradient is the gradient of the token mean over the whole step, the one
+    a single process computes. With W = 1 this is exactly `samples.microbatches`.
+    """
+    accum = max(-(-len(step) // world_size) for step in plan)
+    out = []
+    for step in plan:
+        n_step = sum(rows[i].action_tokens for mb in step for i in mb)
+        per_rank = -(-len(step) // world_size)
+        num_items = n_step * accum / per_rank
+        mine = step[rank::world_size]
+        out += [collate([rows[i] for i in mb], pad_id, num_items) for mb in mine]
+        for _ in range(per_rank - len(mine)):
+            shortest = min((i for mb in step for i in mb), key=lambda i: (rows[i].length, i))
+            filler = collate([rows[shortest]], pad_id, num_items)
+            filler["tool_mask"].zero_()
+            filler["advantages"].zero_()
+            out.append(filler)
     return out

@@ -11,7 +11,7 @@ Tested against TRL 1.16.0 exactly (pinned in pyproject.toml): the inputs dict an
 are private TRL details that may change between versions.
 
 Under `accelerate launch` (N processes: DDP, FSDP or DeepSpeed) every rank builds the same plan and
-takes its share of each optimiser step (`rank_batches`); the prepared model all-reduces gradients and
+takes its share of each optimiser step (`samples.rank_batches`); the prepared model all-reduces gradients and
 `train_rows` sums the metrics over ranks, so rank 0 reports the numbers of the whole round.
 """
 
@@ -44,7 +44,7 @@ from rao_core.train.cpu_head import DeviceLogProbs
 from rao_core.train.flops import flop_shape, train_flops
 from rao_core.train.offpolicy import KLGuard, behaviour_weights
 from rao_core.train.round_metrics import round_metrics
-from rao_core.train.samples import Row, collate, logprob_temperature, plan_steps
+from rao_core.train.samples import Row, logprob_temperature, plan_steps, rank_batches
 from rao_core.train.trl_args import grpo_args, lora_config, world
 from rao_core.versions import require_tested
 
@@ -64,39 +64,6 @@ require_tested(
 trl_utils._use_triton = lambda device: True
 # And on a CPU its vocabulary tiles give way to whole-vocabulary bf16 matmuls (cpu_head.py).
 trl_utils._ChunkedLogProbFunction = DeviceLogProbs(trl_utils._ChunkedLogProbFunction)
-
-
-def rank_batches(
-    rows: list[Row], plan: list[list[list[int]]], pad_id: int, rank: int = 0, world_size: int = 1
-) -> list[dict[str, torch.Tensor]]:
-    """This rank's micro-batches of every optimiser step, in training order.
-
-    Rank r takes micro-batches r, r+W, r+2W, ... of each step. Every rank must run the same number
-    per step, ceil(n/W) (DDP's gradient sync and TRL's metric collectives pair up call by call), so a
-    rank short of one runs a filler: the step's shortest row with its loss mask and advantage zeroed,
-    which adds exactly zero to the loss and the gradient.
-
-    `num_items_in_batch` is the step's GLOBAL action-token count N, rescaled as in
-    `samples.microbatches`: TRL divides the summed token loss by `num_items * k / grad_accum / W`
-    (k = this step's micro-batches per rank), i.e. by N / W, and DDP averages the gradients of the W
-    ranks, so the all-reduced gradient is the gradient of the token mean over the whole step, the one
-    a single process computes. With W = 1 this is exactly `samples.microbatches`.
-    """
-    accum = max(-(-len(step) // world_size) for step in plan)
-    out = []
-    for step in plan:
-        n_step = sum(rows[i].action_tokens for mb in step for i in mb)
-        per_rank = -(-len(step) // world_size)
-        num_items = n_step * accum / per_rank
-        mine = step[rank::world_size]
-        out += [collate([rows[i] for i in mb], pad_id, num_items) for mb in mine]
-        for _ in range(per_rank - len(mine)):
-            shortest = min((i for mb in step for i in mb), key=lambda i: (rows[i].length, i))
-            filler = collate([rows[shortest]], pad_id, num_items)
-            filler["tool_mask"].zero_()
-            filler["advantages"].zero_()
-            out.append(filler)
-    return out
 
 
 def _scored_in_sql(*args: Any, **kwargs: Any) -> list[float]:
@@ -460,9 +427,6 @@ def train_rows(
         device=str(device),
         bf16=bool(args.bf16),
     )
-    if trainer.guard.get("skipped"):  # no weight moved: the round's trees are dropped
-        g = trainer.guard
-        metrics.update(steps=0, skipped=f"kl_guard: sampler mismatch KL {g['kl']:.3g} > {g['threshold']:.3g}")
     if device.type == "cuda":
         metrics["peak_gpu_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
     if cfg.keep_optimizer_state and not sharded:

@@ -12,9 +12,8 @@ from rao_core.checkpoints import is_complete
 from rao_core.models.tokenizer import tiny_tokenizer
 from rao_core.run import Run, load_config
 from rao_core.stages.train import train
-from rao_core.train.samples import microbatches, plan_steps
+from rao_core.train.samples import microbatches, plan_steps, rank_batches
 from rao_core.train.stage import train_round
-from rao_core.train.trainer import rank_batches
 from tests.train import one_thread, random_rows  # noqa: F401 (autouse fixture)
 from tests.train.test_stage import checkpoint, write_round  # noqa: F401 (fixture)
 
