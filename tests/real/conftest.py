@@ -59,7 +59,7 @@ def agent(smollm2, shared) -> Path:
                     "suite=textcraft-small", f"warmstart.init_model={smollm2}", "warmstart.recursive_episodes=48",
                     "warmstart.flat_episodes=0", "warmstart.recursive_tiers=1,2", "warmstart.max_steps=12",
                     "warmstart.batch_size=4", "warmstart.lr=3e-4", "warmstart.eval_tasks=0", "warmstart.threads=2",
-                    "warmstart.context=1024",
+                    "warmstart.context=1024", "warmstart.max_minutes=60",  # the steps bound it (1.9 min in CI; a busy machine took > 10)
                 ]
             )  # fmt: skip
             metrics = warm_start(cfg.warmstart, out, open_suite(cfg))
