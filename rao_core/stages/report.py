@@ -112,8 +112,8 @@ def _off_policy(run: Run, round_: int, m: dict[str, Any]) -> str:
 
 
 def _corrections(m: dict[str, Any]) -> str:
-    """', masked 1.2% of tokens by token, 0.4% by node, truncated 3.1%, KL guard: lr x 0.31 (KL
-    0.013 > 0.004)': what train.token_mask, sequence_mask, proximal_anchor and kl_guard did."""
+    """', masked by token 1.2%, masked by node 0.4%, behaviour weight truncated 3.1%, KL guard: lr x
+    0.31 (KL over 0.004)': what train.token_mask, sequence_mask, proximal_anchor and kl_guard did."""
     parts = [
         f"{label} {m[key]:.1%}"
         for key, label in (
