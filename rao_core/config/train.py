@@ -120,7 +120,8 @@ class TrainConfig:
     # Off-policy corrections (docs/overlap.md, "Corrections"). mu is the sampler's log-prob of a
     # token, pi_prox the trainer's under the version the round starts from (recomputed before the
     # round's first update), and the behaviour ratio is pi_prox / mu: 1 up to numerical noise at
-    # k = 0, further from 1 the older the tree (campaign.max_staleness). All are off by default.
+    # k = 0, further from 1 the older the tree (campaign.max_staleness). The masks and the anchor are
+    # off by default; the guard skips a jumped round, in stale rounds only (corrections).
     token_mask: Float | None = opt(
         None,
         "c > 1: action tokens whose behaviour ratio lies outside [1/c, c] get no gradient; null = off",
@@ -138,12 +139,12 @@ class TrainConfig:
     )
     behaviour_cap: Float = opt(2.0, "proximal_anchor: the cap of the behaviour ratio's weight", gt=0)
     kl_guard: Literal["off", "skip", "scale"] = opt(
-        "off",
+        "skip",
         "when the round's sampler mismatch KL jumps (> kl_guard_factor x the median of earlier "
         "rounds', or > kl_guard_ceiling; never below kl_guard_floor): skip = drop the round's trees "
         "(the version advances unchanged), scale = lr x threshold / KL for the round",
     )
-    kl_guard_factor: Float = opt(10.0, "kl_guard: a jump is this many times the earlier rounds' median", gt=1)
+    kl_guard_factor: Float = opt(4.0, "kl_guard: a jump is this many times the earlier rounds' median", gt=1)
     kl_guard_ceiling: Float = opt(
         0.05, "kl_guard: a KL above this trips the guard whatever came before", gt=0
     )

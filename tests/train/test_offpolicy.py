@@ -209,7 +209,7 @@ def test_the_guard_matches_the_reference(seed):
     cfg = TrainConfig(kl_guard="skip", kl_guard_factor=rng.choice([3.0, 10.0]), kl_guard_ceiling=0.05)
     expected = ref_guard(kl, history, cfg.kl_guard_factor, cfg.kl_guard_ceiling, cfg.kl_guard_floor)
     assert kl_guard(kl, history, cfg) == pytest.approx(expected)
-    assert kl_guard(kl, history, TrainConfig()) is None  # off
+    assert kl_guard(kl, history, TrainConfig(kl_guard="off")) is None
 
 
 def params(model) -> dict[str, torch.Tensor]:
