@@ -79,10 +79,12 @@ def test_weights_match_the_reference_on_random_batches(seed, settings):
 
 
 def ref_corrected_loss(
-    model, rows: list[Row], prox: dict[str, torch.Tensor], s: dict, cap: float
+    model, rows: list[Row], prox: dict[str, torch.Tensor], s: dict, cap: float, dapo: tuple | None = None
 ) -> torch.Tensor:
     """The RAO/CISPO token mean with the corrections, one unpadded node at a time: weight x
-    sg(min(pi / base, cap)) x A_w x log pi, base = pi_prox under the anchor, else the sampler's mu."""
+    sg(min(pi / base, cap)) x A_w x log pi, base = pi_prox under the anchor, else the sampler's mu.
+    `dapo=(eps_low, eps_high)`: the grpo family's -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)
+    with r = pi / base instead."""
     total, n = torch.zeros(()), 0
     for r in rows:
         logp = reference_token_logps(model, r)
@@ -91,9 +93,13 @@ def ref_corrected_loss(
         mu = p if r.logprobs is None else torch.as_tensor(r.logprobs[1:])
         w, _ = ref_weights(p.tolist(), mu.tolist(), mask, s)
         base = p if s.get("proximal_anchor") else mu
-        ratio = torch.clamp(torch.exp(logp.detach() - base), max=cap)
+        if dapo:
+            ratio = torch.exp(logp - base)
+            per_token = -torch.min(ratio * r.weight, torch.clamp(ratio, 1 - dapo[0], 1 + dapo[1]) * r.weight)
+        else:
+            per_token = -torch.clamp(torch.exp(logp.detach() - base), max=cap) * r.weight * logp
         m = torch.as_tensor(mask)
-        total = total - (torch.as_tensor(w) * ratio * r.weight * logp)[m].sum()
+        total = total + (torch.as_tensor(w) * per_token)[m].sum()
         n += int(m.sum())
     return total / n
 
@@ -259,18 +265,7 @@ def test_dapo_clips_around_the_proximal_policy(tmp_path):
     rows = stale_rows(model, 8, seed=16)
     prox = own_logps(model, rows)
     ref_model = copy.deepcopy(model)
-    total, n = torch.zeros(()), 0
-    for r in rows:
-        logp = reference_token_logps(ref_model, r)
-        mask = [bool(a) for a in r.action_mask[1:]]
-        p = prox[r.node_id]
-        mu = p if r.logprobs is None else torch.as_tensor(r.logprobs[1:])
-        w, _ = ref_weights(p.tolist(), mu.tolist(), mask, settings)
-        ratio = torch.exp(logp - p)
-        per_token = -torch.min(ratio * r.weight, torch.clamp(ratio, 1 - 0.2, 1 + 0.28) * r.weight)
-        total = total + (torch.as_tensor(w) * per_token)[torch.as_tensor(mask)].sum()
-        n += sum(mask)
-    (total / n).backward()
+    ref_corrected_loss(ref_model, rows, prox, settings, cap=5.0, dapo=(0.2, 0.28)).backward()
     ref = {k: p.grad for k, p in ref_model.named_parameters() if p.grad is not None}
     cap = GradCapture()
     cfg = TrainConfig(**PROBE, loss_type="dapo", clip_low=0.2, clip_high=0.28, **settings)
