@@ -99,7 +99,7 @@ class RAOTrainer(GRPOTrainer):
     ) -> None:
         self._batches = batches
         self.cfg = cfg or TrainConfig()  # the off-policy corrections and the guard (offpolicy.py)
-        self.kl_history = kl_history or []
+        self.kl_history = kl_history  # None: no guard (a round of fresh trees, or a direct caller)
         self.guard: dict[str, Any] = {}  # what the KL guard did this round, if it tripped
         self._served = 0  # micro-batches prepared so far
         self._proximal: dict[int, torch.Tensor] | None = None  # pi_prox of the later steps' micro-batches
@@ -122,7 +122,7 @@ class RAOTrainer(GRPOTrainer):
             # TRL multiplies `importance_sampling_ratio` into its per-token loss when the samples come
             # from an engine apart from the trainer (its vLLM path): ours always do
             self.use_vllm = self.vllm_importance_sampling_correction = True
-        if self.cfg.kl_guard != "off":
+        if self.cfg.kl_guard != "off" and kl_history is not None:
             self.add_callback(KLGuard(self))
         self.beta = beta  # read by TRL's _compute_loss; its config's beta stays 0 (no reference of its own)
         self.reference = None
@@ -369,7 +369,8 @@ def train_rows(
     `cfg.lora`, `model` is either a peft model (the adapter trains on) or a plain one (a fresh
     adapter is put on it). `reference`: version 0, the KL term's pi_ref when `cfg.beta` > 0
     (with LoRA the base model is, and `reference` is not needed). `kl_history`: the earlier rounds'
-    sampler mismatch KLs, which `cfg.kl_guard` judges this round's against.
+    sampler mismatch KLs, which `cfg.kl_guard` judges this round's against; None (the default) turns
+    the guard off, as for a round of fresh trees (the stage passes a list only for stale rounds).
 
     Launched on N processes, every rank passes the same rows and gets the metrics of the whole round;
     the model comes back on every rank under DDP and on rank 0 only under FSDP / ZeRO-3 (None

@@ -43,7 +43,7 @@ def two_rounds(agent: Path, name: str, settings: list[str], tmp_path: Path) -> N
             roll_out(run, r)
             score(run, r)
             metrics.append(train(run, r))
-    assert metrics[0]["steps"] >= 1 and metrics[0]["bf16"]  # trained in bf16 over fp32 master weights
+    assert metrics[0]["steps"] >= 1 and metrics[0]["bf16"], metrics[0]  # bf16 over fp32 master weights
     # round 0 must have a group with spread: with every advantage 0 only weight decay moves v1
     assert metrics[0]["grad_norm"] > 0, "round 0: no group had spread, so version 1 is version 0"
     v1, v0 = read_probe(run.checkpoints.path(1))["logprobs"], checkpoint_probe(agent)["logprobs"]
@@ -56,9 +56,10 @@ def two_rounds(agent: Path, name: str, settings: list[str], tmp_path: Path) -> N
         f"{name}: sampler mismatch KL {kl0:.2e} (round 0, version 0), {kl1:.2e} (round 1, version 1); "
         f"version 1 moved the probe by {moved:.3f} (k3 {stale:.3g})"
     )
-    assert kl0 < MISMATCH_KL  # the engine's bf16 log-probs agree with the trainer's on the agent ...
+    said = f"KL {kl0:.3g} (round 0), {kl1:.3g} (round 1), stale {stale:.3g}, moved {moved:.3g}"
+    assert kl0 < MISMATCH_KL, said  # the engine's bf16 log-probs agree with the trainer's on the agent ...
     # ... and after the update it serves version 1: one step at these learning rates is a large move
     # (bf16's rounding of a damaged model's flatter logits reached 1.5e-3 once in CI), so round 1 is
     # judged against the stale alternative: far below what version 0 would read
-    assert moved > 0.05 and kl1 < MISMATCH_KL_MOVED and kl1 < stale / 10
-    assert not math.isnan(metrics[1]["loss"])
+    assert moved > 0.05 and kl1 < MISMATCH_KL_MOVED and kl1 < stale / 10, said
+    assert not math.isnan(metrics[1]["loss"]), metrics[1]

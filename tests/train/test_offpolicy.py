@@ -3,6 +3,8 @@ against plain-Python references, on stale trees: rows sampled by an older versio
 
 from __future__ import annotations
 
+import dataclasses
+
 import copy
 import math
 import random
@@ -239,6 +241,10 @@ def test_the_guard_skips_a_round_whose_kl_jumped(tmp_path):
         tiny_model(), tiny_tokenizer(), rows, cfg, tmp_path / "b", kl_history=[m["mismatch_kl"]] * 3
     )
     assert "kl_guard_threshold" not in calm and calm["steps"] == 2
+    # no history at all (a direct call, or the stage on fresh trees): no guard, even past the ceiling
+    far = dataclasses.replace(cfg, kl_guard_ceiling=1e-6)
+    _, free = train_rows(tiny_model(), tiny_tokenizer(), rows, far, tmp_path / "c")
+    assert "kl_guard_threshold" not in free and free["steps"] == 2
 
 
 def test_the_guard_scales_the_round_lr(tmp_path):
