@@ -11,8 +11,6 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-pytest.register_assert_rewrite("tests.real.rounds")  # its asserts print their values, as a test's do
-
 from rao_core.envs.suites import open_suite
 from rao_core.models.locate import KNOWN, known_file, local_model
 from rao_core.run import load_config

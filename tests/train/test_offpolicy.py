@@ -3,9 +3,8 @@ against plain-Python references, on stale trees: rows sampled by an older versio
 
 from __future__ import annotations
 
-import dataclasses
-
 import copy
+import dataclasses
 import math
 import random
 
