@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StrictBool, model_validator
 
-from rao_core.config.types import Device, Float, Int, Labels, NumberList, opt, section
+from rao_core.config.types import Device, Float, Int, Labels, NumberList, YamlOff, opt, section
 
 LossType = Literal["cispo", "grpo", "dr_grpo", "dapo", "bnpo", "sapo", "luspo", "vespo"]
 
@@ -138,7 +138,7 @@ class TrainConfig:
         "sampler's mu, and each token is weighted by the behaviour ratio truncated at behaviour_cap",
     )
     behaviour_cap: Float = opt(2.0, "proximal_anchor: the cap of the behaviour ratio's weight", gt=0)
-    kl_guard: Literal["off", "skip", "scale"] = opt(
+    kl_guard: Annotated[Literal["off", "skip", "scale"], YamlOff] = opt(
         "skip",
         "when the round's sampler mismatch KL jumps (> kl_guard_factor x the median of earlier "
         "rounds', or > kl_guard_ceiling; never below kl_guard_floor): skip = drop the round's trees "

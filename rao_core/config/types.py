@@ -32,6 +32,15 @@ def _no_bool(value: Any) -> Any:
     return value
 
 
+def _yaml_off(value: Any) -> Any:
+    """YAML 1.1 (`--set`, config files) reads `off` as False: for a setting whose word is "off",
+    that is what the user typed."""
+    return "off" if value is False else value
+
+
+YamlOff = BeforeValidator(_yaml_off)
+
+
 def _as_list(value: Any) -> Any:
     """`a,b`, [a, b] and a single a (YAML may read it as an int) all mean the same list."""
     if isinstance(value, list | tuple):

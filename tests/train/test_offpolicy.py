@@ -290,3 +290,5 @@ def test_settings_out_of_range_are_refused_in_one_line():
             load_config(overrides=[bad])
     with pytest.raises(Exception, match="vespo"):
         load_config(overrides=["train.proximal_anchor=true", "train.loss_type=vespo"])
+    # YAML reads a bare `off` as False: it still means the guard's "off"
+    assert load_config(overrides=["train.kl_guard=off"]).train.kl_guard == "off"
