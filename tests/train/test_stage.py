@@ -185,7 +185,7 @@ def test_corrections_act_only_in_rounds_of_stale_trees(tmp_path, checkpoint):
     plain = train_round(fresh, 1, checkpoint, tmp_path / "plain", dataclasses.replace(CFG, steps_per_round=2))
     kept = train_round(fresh, 1, checkpoint, tmp_path / "kept", on)
     assert kept["loss"] == plain["loss"] and kept["grad_norms"] == plain["grad_norms"]
-    assert "token_masked_fraction" not in kept
+    assert "token_masked_fraction" not in kept and "kl_guard_threshold" not in kept
     assert all(
         torch.equal(a, b)
         for a, b in zip(
@@ -194,6 +194,9 @@ def test_corrections_act_only_in_rounds_of_stale_trees(tmp_path, checkpoint):
     )
     corrected = train_round(stale, 1, checkpoint, tmp_path / "corrected", on)
     assert {"token_masked_fraction", "sequence_masked_fraction", "truncated_fraction"} <= corrected.keys()
+    # the stage hands the guard a KL history in a stale round: the rows' made-up sampler log-probs
+    # are far over kl_guard_ceiling, so it scales the round's lr
+    assert 0 < corrected["kl_guard_lr_scale"] < 1
     everywhere = train_round(
         fresh,
         1,
