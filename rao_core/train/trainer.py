@@ -370,7 +370,7 @@ def train_rows(
     adapter is put on it). `reference`: version 0, the KL term's pi_ref when `cfg.beta` > 0
     (with LoRA the base model is, and `reference` is not needed). `kl_history`: the earlier rounds'
     sampler mismatch KLs, which `cfg.kl_guard` judges this round's against; None (the default) turns
-    the guard off, as for a round of fresh trees (the stage passes a list only for stale rounds).
+    the guard off, as for a round of fresh trees (the stage passes one where the guard is to act).
 
     Launched on N processes, every rank passes the same rows and gets the metrics of the whole round;
     the model comes back on every rank under DDP and on rank 0 only under FSDP / ZeRO-3 (None
