@@ -37,29 +37,8 @@ TOY = [  # the reference profile on a toy world, whatever the embedded defaults 
 ]
 
 
-REAL_TIER = "tests/real/"
-
-
-def pytest_xdist_make_scheduler(config, log):
-    """`make test`'s `--dist loadfile`, with the real tier (one SmolLM2 test at a time: a file lock,
-    tests/real/conftest.py) as one unit that starts first: one process runs it from the start while
-    the other takes the rest, instead of both waiting on its lock at the end."""
-    if config.getoption("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class RealTierFirst(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return REAL_TIER if nodeid.startswith(REAL_TIER) else super()._split_scope(nodeid)
-
-    config.option.loadscopereorder = False  # units in collection order: the real tier's comes first
-    return RealTierFirst(config, log)
-
-
 def pytest_collection_modifyitems(config, items) -> None:
-    """The real tier first (see above); the gpu tier runs where torch sees a CUDA device and is
-    skipped, with the reason, elsewhere."""
-    items.sort(key=lambda item: not item.nodeid.startswith(REAL_TIER))  # stable: the rest keep their order
+    """The gpu tier runs where torch sees a CUDA device and is skipped, with the reason, elsewhere."""
     gpu = [item for item in items if "gpu" in item.keywords]
     if not gpu:
         return
