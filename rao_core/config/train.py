@@ -113,7 +113,7 @@ class TrainConfig:
     )
     corrections: Literal["stale_rounds", "every_round"] = opt(
         "stale_rounds",
-        "where token_mask, sequence_mask, proximal_anchor and kl_guard act: stale_rounds = only in "
+        "where token_mask, sequence_mask, proximal_anchor, trust_region and kl_guard act: stale_rounds = only in "
         "rounds that train on a tree sampled by an older version (campaign.max_staleness >= 1; at "
         "k = 0 they never act), every_round = also on fresh trees (the sampler-trainer mismatch)",
     )
@@ -121,7 +121,7 @@ class TrainConfig:
     # token, pi_prox the trainer's under the version the round starts from (recomputed before the
     # round's first update), and the behaviour ratio is pi_prox / mu: 1 up to numerical noise at
     # k = 0, further from 1 the older the tree (campaign.max_staleness). The masks and the anchor are
-    # off by default; the guard skips a jumped round, in stale rounds only (corrections).
+    # off by default, the guard too; in stale rounds only (corrections).
     token_mask: Float | None = opt(
         None,
         "c > 1: action tokens whose behaviour ratio lies outside [1/c, c] get no gradient; null = off",
@@ -138,6 +138,14 @@ class TrainConfig:
         "sampler's mu, and each token is weighted by the behaviour ratio truncated at behaviour_cap",
     )
     behaviour_cap: Float = opt(2.0, "proximal_anchor: the cap of the behaviour ratio's weight", gt=0)
+    trust_region: Float | None = opt(
+        None,
+        "eps in (0, 1): PPO's clip as a mask on CISPO (MiniMax-M1's M_t): an action token whose "
+        "ratio to the sampler (pi_prox under proximal_anchor) already left [1 - eps, 1 + eps] in the "
+        "direction its advantage pushes gets no gradient; null = off",
+        gt=0,
+        lt=1,
+    )
     kl_guard: Annotated[Literal["off", "skip", "scale"], YamlOff] = opt(
         "off",
         "when the round's sampler mismatch KL jumps (> kl_guard_factor x the median of earlier "
@@ -166,10 +174,20 @@ class TrainConfig:
         """This config with every correction and the guard off: a round of fresh trees under
         corrections=stale_rounds."""
         return dataclasses.replace(
-            self, token_mask=None, sequence_mask=None, proximal_anchor=False, kl_guard="off"
+            self,
+            token_mask=None,
+            sequence_mask=None,
+            proximal_anchor=False,
+            trust_region=None,
+            kl_guard="off",
         )
 
     @property
     def corrects(self) -> bool:
         """Whether any correction needs the behaviour ratio (and so pi_prox)."""
         return self.token_mask is not None or self.sequence_mask is not None or self.proximal_anchor
+
+    @property
+    def weighs_tokens(self) -> bool:
+        """Whether the loss gets a per-token weight: a correction, or the trust region's mask."""
+        return self.corrects or self.trust_region is not None

@@ -120,6 +120,7 @@ def _corrections(m: dict[str, Any]) -> str:
             ("token_masked_fraction", "masked by token"),
             ("sequence_masked_fraction", "masked by node"),
             ("truncated_fraction", "behaviour weight truncated"),
+            ("trust_masked_fraction", "masked by trust region"),
         )
         if key in m
     ]

@@ -11,7 +11,11 @@ above). The corrections, as AReaL, SkyRL, TRL and prime-rl apply them (shared/sp
 - token mask (c): tokens whose behaviour ratio lies outside [1/c, c] get weight 0;
 - sequence mask (c): a node whose mean behaviour log-ratio lies outside [-log c, log c] gets weight 0;
 - proximal anchor (decoupled PPO): the loss's ratio is pi / pi_prox (its clip around pi_prox), and
-  each token is weighted by min(pi_prox / mu, behaviour_cap).
+  each token is weighted by min(pi_prox / mu, behaviour_cap);
+- trust region (eps): PPO's clip as a mask on CISPO (MiniMax-M1's general form): a token whose
+  ratio pi / old (old = mu, or pi_prox under the anchor) already left [1 - eps, 1 + eps] in the
+  direction its advantage pushes gets weight 0, so a stale round cannot push a token further than
+  eps past where its sampler had it.
 
 The weight multiplies TRL's per-token loss (its `importance_sampling_ratio` input) and the step's
 normaliser stays the count of every action token, so a masked token adds exactly nothing.
@@ -56,6 +60,20 @@ def behaviour_weights(
         counts["truncated"] = float((m & (ratio > cfg.behaviour_cap)).sum())
         weight = weight * ratio.clamp(max=cfg.behaviour_cap)
     return weight, counts
+
+
+def trust_region_mask(
+    cur: torch.Tensor, old: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, eps: float
+) -> torch.Tensor:
+    """(B, T) bool: the action tokens (`mask`) outside the trust region: ratio cur / old above
+    1 + eps with a positive advantage, or below 1 - eps with a negative one (PPO's clip, where
+    the clipped term has no gradient). `advantages` is (B,) or (B, T)."""
+    log_ratio = cur.float() - old.float()
+    adv = advantages.float()
+    adv = adv[:, None] if adv.dim() == 1 else adv
+    up = (adv > 0) & (log_ratio > math.log1p(eps))
+    down = (adv < 0) & (log_ratio < math.log1p(-eps))
+    return mask.bool() & (up | down)
 
 
 def kl_guard(kl: float, history: list[float], cfg: TrainConfig) -> float | None:

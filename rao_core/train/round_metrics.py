@@ -34,6 +34,7 @@ def round_metrics(
     keys = (
         "tokens", "ratio_sum", "ratio_sq_sum", "clipped", "logp_sum", "first_tokens", "first_diff_sum",
         "first_k3_sum", "kl_sum", "token_masked", "sequence_masked", "truncated",
+        "trust_masked",
     )  # fmt: skip
     totals = sum_over_ranks(trainer, [trainer.stats[k] for k in keys] + trainer.step_losses)
     s = dict(zip(keys, totals, strict=False))
@@ -64,7 +65,7 @@ def round_metrics(
         "clipped_fraction": s["clipped"] / n,
         "mean_action_logp": s["logp_sum"] / n,
         **({"kl_to_reference": s["kl_sum"] / n} if trainer.beta else {}),
-        **(corrections(trainer.cfg, s, n) if trainer.cfg.corrects else {}),
+        **(corrections(trainer.cfg, s, n) if trainer.cfg.weighs_tokens else {}),
         **{f"kl_guard_{k}": v for k, v in trainer.guard.items() if k != "kl"},  # numbers: MLflow plots them
         **(guard_skipped(trainer.guard) if trainer.guard.get("skipped") else {}),
     }
@@ -88,6 +89,8 @@ def corrections(cfg: Any, s: dict[str, float], n: float) -> dict[str, float]:
         out["sequence_masked_fraction"] = s["sequence_masked"] / n
     if cfg.proximal_anchor:
         out["truncated_fraction"] = s["truncated"] / n
+    if cfg.trust_region is not None:
+        out["trust_masked_fraction"] = s["trust_masked"] / n
     return out
 
 

@@ -42,7 +42,7 @@ from rao_core.allocator import keep_freed_memory
 from rao_core.config import TrainConfig
 from rao_core.train.cpu_head import DeviceLogProbs
 from rao_core.train.flops import flop_shape, train_flops
-from rao_core.train.offpolicy import KLGuard, behaviour_weights
+from rao_core.train.offpolicy import KLGuard, behaviour_weights, trust_region_mask
 from rao_core.train.round_metrics import round_metrics
 from rao_core.train.samples import Row, logprob_temperature, plan_steps, rank_batches
 from rao_core.train.trl_args import grpo_args, lora_config, world
@@ -118,7 +118,7 @@ class RAOTrainer(GRPOTrainer):
             callbacks=callbacks,
         )
         self.remove_callback(PrinterCallback)  # metrics come back from train_rows instead of stdout
-        if self.cfg.corrects:
+        if self.cfg.weighs_tokens:
             # TRL multiplies `importance_sampling_ratio` into its per-token loss when the samples come
             # from an engine apart from the trainer (its vLLM path): ours always do
             self.use_vllm = self.vllm_importance_sampling_correction = True
@@ -246,14 +246,20 @@ class RAOTrainer(GRPOTrainer):
             mask = inputs["completion_mask"] * inputs["tool_mask"]
             mu = torch.where(missing, cur, inputs["old_per_token_logps"].to(cur.dtype))  # the sampler's
             old = mu  # what the loss's ratio is taken against
+            weight = torch.ones_like(cur, dtype=torch.float)
             if self.cfg.corrects:
                 prox = inputs.get("proximal_logps", cur).to(cur.dtype)  # the first step: the model as is
                 behaviour = torch.where(missing, prox, mu)  # scripted rows: no sampler to correct for
                 weight, counts = behaviour_weights(prox, behaviour, mask, self.cfg)
-                inputs["importance_sampling_ratio"] = weight.to(cur.dtype)
                 for key, n in counts.items():
                     self.stats[key] += n
                 old = prox if self.cfg.proximal_anchor else behaviour
+            if self.cfg.trust_region is not None:
+                out = trust_region_mask(cur, old, inputs["advantages"], mask, self.cfg.trust_region)
+                weight = weight.masked_fill(out, 0.0)
+                self.stats["trust_masked"] += float(out.sum())
+            if self.cfg.weighs_tokens:
+                inputs["importance_sampling_ratio"] = weight.to(cur.dtype)
             inputs["old_per_token_logps"] = old
             self._record_ratios(cur, old, mu, mask, inputs["sampler_missing"])
             if "ref_per_token_logps" in inputs:  # the KL estimate TRL adds to the loss (k3, at ratio 1)

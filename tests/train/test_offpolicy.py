@@ -14,7 +14,7 @@ import torch
 
 from rao_core.config import TrainConfig
 from rao_core.models.tokenizer import tiny_tokenizer
-from rao_core.train.offpolicy import behaviour_weights, kl_guard
+from rao_core.train.offpolicy import behaviour_weights, kl_guard, trust_region_mask
 from rao_core.train.samples import Row, plan_steps
 from rao_core.train.trainer import train_rows
 from tests.train import (
@@ -33,7 +33,10 @@ SETTINGS = [
     dict(sequence_mask=1.05),
     dict(proximal_anchor=True, behaviour_cap=1.2),
     dict(token_mask=1.5, sequence_mask=1.1, proximal_anchor=True, behaviour_cap=1.5),
+    dict(trust_region=0.2),
+    dict(token_mask=1.5, sequence_mask=1.1, proximal_anchor=True, behaviour_cap=1.5, trust_region=0.1),
 ]
+IDS = ["token", "sequence", "anchor", "all", "trust", "all-trust"]
 
 
 def ref_weights(prox: list[float], mu: list[float], mask: list[bool], s: dict) -> tuple[list[float], dict]:
@@ -56,8 +59,36 @@ def ref_weights(prox: list[float], mu: list[float], mask: list[bool], s: dict) -
     return w, counts
 
 
+def ref_trust(cur: list[float], old: list[float], adv: float, mask: list[bool], eps: float) -> list[bool]:
+    """One node's tokens outside PPO's trust region: the clipped side of min(r A, clip(r) A)."""
+    out = []
+    for c, o, a in zip(cur, old, mask, strict=True):
+        r = math.exp(c - o)
+        out.append(a and ((adv > 0 and r > 1 + eps) or (adv < 0 and r < 1 - eps)))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_trust_region_matches_the_reference(seed):
+    rng = random.Random(seed)
+    b, t, eps = 6, 15, rng.choice([0.05, 0.2, 0.5])
+    old = [[rng.gauss(-2, 1) for _ in range(t)] for _ in range(b)]
+    cur = [[o + rng.gauss(0, rng.choice([0.05, 0.3, 1.0])) for o in row] for row in old]
+    adv = [rng.choice([-1.5, -0.2, 0.0, 0.3, 2.0]) for _ in range(b)]
+    adv[2] = 0.0  # a node with no advantage: never masked
+    mask = [[rng.random() < 0.6 for _ in range(t)] for _ in range(b)]
+    mask[0] = [False] * t
+    got = trust_region_mask(
+        torch.tensor(cur, dtype=torch.float64), torch.tensor(old, dtype=torch.float64),
+        torch.tensor(adv), torch.tensor(mask), eps,
+    )  # fmt: skip
+    want = [ref_trust(cur[i], old[i], adv[i], mask[i], eps) for i in range(b)]
+    assert got.tolist() == want
+    assert any(any(row) for row in want)  # the draw reaches the clipped side somewhere
+
+
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("settings", SETTINGS, ids=["token", "sequence", "anchor", "all"])
+@pytest.mark.parametrize("settings", SETTINGS[:4], ids=IDS[:4])
 def test_weights_match_the_reference_on_random_batches(seed, settings):
     rng = random.Random(seed)
     b, t = 5, 17
@@ -94,6 +125,9 @@ def ref_corrected_loss(
         mu = p if r.logprobs is None else torch.as_tensor(r.logprobs[1:])
         w, _ = ref_weights(p.tolist(), mu.tolist(), mask, s)
         base = p if s.get("proximal_anchor") else mu
+        if s.get("trust_region"):
+            out = ref_trust(logp.tolist(), base.tolist(), r.weight, mask, s["trust_region"])
+            w = [0.0 if o else x for x, o in zip(w, out, strict=True)]
         if dapo:
             ratio = torch.exp(logp - base)
             per_token = -torch.min(ratio * r.weight, torch.clamp(ratio, 1 - dapo[0], 1 + dapo[1]) * r.weight)
@@ -122,7 +156,7 @@ def own_logps(model, rows: list[Row]) -> dict[str, torch.Tensor]:
         return {r.node_id: reference_token_logps(model, r) for r in rows}
 
 
-@pytest.mark.parametrize("settings", SETTINGS, ids=["token", "sequence", "anchor", "all"])
+@pytest.mark.parametrize("settings", SETTINGS, ids=IDS)
 def test_the_corrected_loss_and_gradient_match_the_reference(settings, tmp_path):
     model = tiny_model()
     rows = stale_rows(model, 8, seed=11)
@@ -136,7 +170,12 @@ def test_the_corrected_loss_and_gradient_match_the_reference(settings, tmp_path)
     assert_grads_close(cap.steps[0], ref)
     touched = sum(
         metrics.get(k, 0.0)
-        for k in ("token_masked_fraction", "sequence_masked_fraction", "truncated_fraction")
+        for k in (
+            "token_masked_fraction",
+            "sequence_masked_fraction",
+            "truncated_fraction",
+            "trust_masked_fraction",
+        )
     )
     assert 0 < touched < 3  # the stale rows are far enough for every correction to act on some tokens
 
@@ -144,7 +183,9 @@ def test_the_corrected_loss_and_gradient_match_the_reference(settings, tmp_path)
 def test_later_steps_use_the_version_the_round_started_from(tmp_path):
     """steps_per_round=2, lr > 0: step 2's gradient is the reference's with pi_prox from the model
     before step 1 and pi from the model after it (the pre-pass's log-probs reach the right rows)."""
-    settings = dict(token_mask=1.5, sequence_mask=1.1, proximal_anchor=True, behaviour_cap=1.5)
+    settings = dict(
+        token_mask=1.5, sequence_mask=1.1, proximal_anchor=True, behaviour_cap=1.5, trust_region=0.02
+    )
     model = tiny_model()
     rows = stale_rows(model, 10, seed=12)
     prox = own_logps(model, rows)
@@ -160,7 +201,8 @@ def test_later_steps_use_the_version_the_round_started_from(tmp_path):
     cfg = TrainConfig(
         **{**PROBE, "lr": 1e-2, "steps_per_round": 2, "max_tokens_per_microbatch": 200}, **settings
     )
-    train_rows(model, tiny_tokenizer(), rows, cfg, tmp_path, [cap])
+    _, metrics = train_rows(model, tiny_tokenizer(), rows, cfg, tmp_path, [cap])
+    assert metrics["trust_masked_fraction"] > 0  # step 2's pi left the region around pi_prox somewhere
     plan = plan_steps(rows, cfg.max_tokens_per_microbatch, cfg.steps_per_round, cfg.seed)
     second = [rows[i] for mb in plan[1] for i in mb]
     moved = cap.model
@@ -192,7 +234,13 @@ def test_no_correction_is_the_uncorrected_trainer_exactly(tmp_path):
     for k in a.steps[0]:
         assert torch.equal(a.steps[0][k], b.steps[0][k])
     assert (
-        not {"token_masked_fraction", "sequence_masked_fraction", "truncated_fraction", "kl_guard_threshold"}
+        not {
+            "token_masked_fraction",
+            "sequence_masked_fraction",
+            "truncated_fraction",
+            "trust_masked_fraction",
+            "kl_guard_threshold",
+        }
         & m2.keys()
     )
 

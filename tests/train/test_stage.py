@@ -177,7 +177,7 @@ def test_corrections_act_only_in_rounds_of_stale_trees(tmp_path, checkpoint):
     with the corrections off; a round whose trees an older version sampled is corrected."""
     on = TrainConfig(
         lr=1e-3, max_tokens_per_microbatch=128, steps_per_round=2, token_mask=1.5, sequence_mask=1.2,
-        proximal_anchor=True, kl_guard="scale",
+        proximal_anchor=True, trust_region=0.2, kl_guard="scale",
     )  # fmt: skip
     fresh, stale = tmp_path / "fresh", tmp_path / "stale"
     write_round(fresh, [1.0, 0.0, 1.0, 0.0], round_=1)
@@ -185,7 +185,7 @@ def test_corrections_act_only_in_rounds_of_stale_trees(tmp_path, checkpoint):
     plain = train_round(fresh, 1, checkpoint, tmp_path / "plain", dataclasses.replace(CFG, steps_per_round=2))
     kept = train_round(fresh, 1, checkpoint, tmp_path / "kept", on)
     assert kept["loss"] == plain["loss"] and kept["grad_norms"] == plain["grad_norms"]
-    assert "token_masked_fraction" not in kept and "kl_guard_threshold" not in kept
+    assert not {"token_masked_fraction", "trust_masked_fraction", "kl_guard_threshold"} & kept.keys()
     assert all(
         torch.equal(a, b)
         for a, b in zip(
@@ -193,7 +193,12 @@ def test_corrections_act_only_in_rounds_of_stale_trees(tmp_path, checkpoint):
         )
     )
     corrected = train_round(stale, 1, checkpoint, tmp_path / "corrected", on)
-    assert {"token_masked_fraction", "sequence_masked_fraction", "truncated_fraction"} <= corrected.keys()
+    assert {
+        "token_masked_fraction",
+        "sequence_masked_fraction",
+        "truncated_fraction",
+        "trust_masked_fraction",
+    } <= corrected.keys()
     # the stage hands the guard a KL history in a stale round: the rows' made-up sampler log-probs
     # are far over kl_guard_ceiling, so it scales the round's lr
     assert 0 < corrected["kl_guard_lr_scale"] < 1
