@@ -61,7 +61,7 @@ def ray_session(run: Run):
     if ray.is_initialized():
         yield
         return
-    ray.init(address=run.config.rollout.ray_address or None)
+    ray.init(address=run.config.rollout.ray_address or "local")  # None would join a `ray start` cluster
     interrupts.reinstall()  # Ray's driver takes SIGTERM for itself: `rao` ends it as any interrupt
     try:
         yield
@@ -74,7 +74,7 @@ def ray_runner(run: Run) -> TaskRunner:
     flow run; an already initialised Ray in this process is used as is)."""
     from prefect_ray import RayTaskRunner
 
-    return RayTaskRunner(init_kwargs={"address": run.config.rollout.ray_address or None})
+    return RayTaskRunner(init_kwargs={"address": run.config.rollout.ray_address or "local"})
 
 
 @flow(name="rao-shards", log_prints=True, validate_parameters=False)

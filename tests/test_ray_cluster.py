@@ -108,6 +108,21 @@ def test_rao_train_on_a_cluster_of_three_nodes(cluster, prefect_api, tmp_path):
     }
 
 
+def test_an_empty_address_starts_a_local_instance_beside_a_cluster(cluster, tmp_path):
+    """rollout.ray_address='' starts a Ray instance of its own even where a cluster runs on the
+    machine (Ray's ray.init() would join the latest `ray start` cluster, which
+    ray.cluster_utils.Cluster also announces): its shards run on none of the cluster's nodes."""
+    ov = [f"runs_dir={tmp_path}", *CLUSTER_RUN, "rollout.shards=2", "tracking.enabled=false"]
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "RAY_ADDRESS")}
+    env = {**env, "PREFECT_HOME": str(tmp_path / "prefect"), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "flows.cli", "rollout", *(a for o in ov for a in ("--set", o))],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    nodes = set(shard_nodes(load_config(overrides=ov).layout.rollouts(0)))
+    cluster_nodes = worker_ids(cluster) | {cluster.head_node.node_id[:12]}
+    assert len(nodes) == 1 and not nodes & cluster_nodes, (nodes, cluster_nodes)
+
+
 @task(name="rollout-shard", task_run_name="rollout-r{round_}-shard-{shard}", cache_policy=NO_CACHE)
 def shard_on_a_lost_node(run: Run, round_: int, shard: int) -> str:
     """Shard 0's first attempt names its node, then waits there until the node is removed."""
