@@ -28,6 +28,7 @@ from rao_core.tracking import Tracker
 from tasks import stages
 from tests.conftest import TOY
 from tests.test_ray import check_round, shard_task_runs
+from tests.test_sigkill import own_server_env
 
 pytestmark = pytest.mark.slow  # a cluster of 3 raylets starts in about 15 s here
 
@@ -113,8 +114,7 @@ def test_an_empty_address_starts_a_local_instance_beside_a_cluster(cluster, tmp_
     machine (Ray's ray.init() would join the latest `ray start` cluster, which
     ray.cluster_utils.Cluster also announces): its shards run on none of the cluster's nodes."""
     ov = [f"runs_dir={tmp_path}", *CLUSTER_RUN, "rollout.shards=2", "tracking.enabled=false"]
-    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "RAY_ADDRESS")}
-    env = {**env, "PREFECT_HOME": str(tmp_path / "prefect"), "HF_HUB_OFFLINE": "1"}
+    env = {k: v for k, v in own_server_env(tmp_path).items() if k != "RAY_ADDRESS"}
     done = subprocess.run([sys.executable, "-m", "flows.cli", "rollout", *(a for o in ov for a in ("--set", o))],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
