@@ -212,11 +212,17 @@ def check_launch(train: TrainConfig) -> None:
     launch = (
         yaml.safe_load(Path(train.accelerate_config).read_text()) or {} if train.accelerate_config else {}
     )
-    if launch.get("use_cpu") and launch.get("distributed_type") in ("FSDP", "DEEPSPEED"):
+    if launch.get("use_cpu") and launch.get("distributed_type") == "DEEPSPEED":
         raise ConfigError(
-            f"train.accelerate_config: {train.accelerate_config}: {launch['distributed_type']} with use_cpu: "
-            "accelerate shards only on GPUs (on the CPU it would silently run DDP); use "
-            "configs/accelerate/ddp-cpu.yaml"
+            f"train.accelerate_config: {train.accelerate_config}: DEEPSPEED with use_cpu: accelerate runs "
+            "DeepSpeed only on GPUs (on the CPU it would silently run DDP); use configs/accelerate/fsdp-cpu.yaml "
+            "or ddp-cpu.yaml"
+        )
+    fsdp_version = (launch.get("fsdp_config") or {}).get("fsdp_version", 1)
+    if launch.get("use_cpu") and launch.get("distributed_type") == "FSDP" and fsdp_version != 2:
+        raise ConfigError(
+            f"train.accelerate_config: {train.accelerate_config}: FSDP on the CPU needs fsdp_config.fsdp_version: 2 "
+            "(torch's fully_shard; configs/accelerate/fsdp-cpu.yaml)"
         )
     if train.nnodes > 1:
         n = int(launch.get("num_processes", 1))

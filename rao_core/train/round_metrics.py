@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from rao_core.train.flops import throughput
 
@@ -47,6 +48,7 @@ def round_metrics(
         "microbatches": sum(len(step) for step in plan),
         "processes": world_size,
         "parallelism": str(trainer.accelerator.distributed_type.value),  # NO, MULTI_CPU (DDP), FSDP, ...
+        "sharded_params": sum(isinstance(p, DTensor) for p in trainer.model_wrapped.parameters()),  # FSDP2's
         "loss": sum(step_losses) / len(step_losses),
         "step_losses": step_losses,
         "grad_norm": float(grad_norms[-1]) if grad_norms else math.nan,

@@ -40,6 +40,7 @@ from trl.trainer.utils import add_fused_lm_head
 
 from rao_core.allocator import keep_freed_memory
 from rao_core.config import TrainConfig
+from rao_core.train.cpu_fsdp import allow_fsdp_on_cpu
 from rao_core.train.cpu_head import DeviceLogProbs
 from rao_core.train.flops import flop_shape, train_flops
 from rao_core.train.offpolicy import KLGuard, behaviour_weights, trust_region_mask
@@ -402,6 +403,7 @@ def train_rows(
     args = grpo_args(cfg, work_dir, accum, max_completion, temperature)
     peft_config = lora_config(cfg) if cfg.lora and not is_peft_model(model) else None
     shape = flop_shape(model)  # before the trainer wraps (or shards) it
+    allow_fsdp_on_cpu()  # a CPU launch that asks for FSDP shards (cpu_fsdp.py)
     trainer = RAOTrainer(
         model,
         args,

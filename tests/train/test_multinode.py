@@ -1,8 +1,8 @@
 """The training stage across nodes: `train.launcher=torchrun` with 2 nodes of 1 process each, two
 torchrun agents on loopback (tests/train/loopback_nodes.py stands in for srun) that meet through a
-c10d rendezvous and train over gloo. DDP gives the loss and weights of one process (FSDP2 does
-not run here: accelerate shards only on GPUs, so a CPU FSDP config is refused); rank 0 alone writes one checkpoint; a rank killed mid-stage ends
-the launch in one line, never a hang, and the next attempt trains the round."""
+c10d rendezvous and train over gloo. DDP and FSDP2 (`fully_shard` on CPU ranks, cpu_fsdp.py) give the
+loss and weights of one process; rank 0 alone writes one consolidated checkpoint; a rank killed
+mid-stage ends the launch in one line, never a hang, and the next attempt trains the round."""
 
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ pytestmark = pytest.mark.slow  # 2 agents and 2 ranks, each importing torch and 
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK = f"{sys.executable} {ROOT / 'tests' / 'train' / 'loopback_nodes.py'} 2"
-TOLERANCE = {"ddp-cpu": (1e-6, 1e-6)}  # loss (relative), weights (absolute)
-PARALLELISM = {"ddp-cpu": "MULTI_CPU"}  # accelerate's name for what ran (DDP on the CPU)
+TOLERANCE = {"ddp-cpu": (1e-6, 1e-6), "fsdp-cpu": (1e-5, 1e-5)}  # loss (relative), weights (absolute)
+PARALLELISM = {"ddp-cpu": "MULTI_CPU", "fsdp-cpu": "FSDP"}  # accelerate's name for what ran
 
 
 def free_port() -> int:
@@ -62,6 +62,7 @@ def test_two_nodes_give_the_loss_and_weights_of_one_process(tmp_path, checkpoint
     loss_rel, weight_abs = TOLERANCE[parallelism]
     assert (one["processes"], two["processes"]) == (1, 2)
     assert (one["parallelism"], two["parallelism"]) == ("NO", PARALLELISM[parallelism])
+    assert (two["sharded_params"] > 0) == (parallelism == "fsdp-cpu") and not one["sharded_params"]
     assert two["loss"] == pytest.approx(one["loss"], rel=loss_rel)
     assert two["step_losses"] == pytest.approx(one["step_losses"], rel=loss_rel)
     out = cfg.layout.checkpoint(1)
@@ -69,16 +70,30 @@ def test_two_nodes_give_the_loss_and_weights_of_one_process(tmp_path, checkpoint
     assert w1.keys() == w2.keys()
     for k in w1:
         torch.testing.assert_close(w2[k], w1[k], rtol=0, atol=weight_abs, msg=lambda m, k=k: f"{k}: {m}")
+    moved = max(
+        (w1[k] - w0).abs().max().item() for k, w0 in load_file(checkpoint / "model.safetensors").items()
+    )
+    worst = max((w2[k] - w1[k]).abs().max().item() for k in w1)
+    print(
+        f"{parallelism}: loss {two['loss']:.6f} vs {one['loss']:.6f}, weights within {worst:.1e} (moved {moved:.1e})"
+    )
     assert err.count("wrote checkpoint") == 1  # one consolidated checkpoint, by rank 0
     assert is_complete(out) and sorted(p.name for p in out.parent.iterdir()) == ["version=1"]
     assert not list(cfg.run_dir.glob(".launch-*"))  # the config the nodes read is removed
 
 
-def test_a_cpu_config_that_asks_for_sharding_is_refused(tmp_path):
-    conf = tmp_path / "fsdp-cpu.yaml"
-    conf.write_text("distributed_type: FSDP\nuse_cpu: true\nnum_processes: 2\n")
-    with pytest.raises(ConfigError, match="accelerate shards only on GPUs"):
-        load_config(overrides=[f"runs_dir={tmp_path}", f"train.accelerate_config={conf}"])
+@pytest.mark.parametrize(
+    ("conf", "error"),
+    [
+        ("distributed_type: DEEPSPEED\nuse_cpu: true\nnum_processes: 2\n", "DeepSpeed only on GPUs"),
+        ("distributed_type: FSDP\nuse_cpu: true\nnum_processes: 2\n", "needs fsdp_config.fsdp_version: 2"),
+    ],
+)
+def test_a_cpu_config_that_cannot_shard_is_refused(tmp_path, conf, error):
+    path = tmp_path / "cpu.yaml"
+    path.write_text(conf)
+    with pytest.raises(ConfigError, match=error):
+        load_config(overrides=[f"runs_dir={tmp_path}", f"train.accelerate_config={path}"])
 
 
 def ranks_of(pid: int) -> list[psutil.Process]:
