@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.real import needs_bf16_units
 from tests.real.rounds import FULL_LR, LORA_LR, two_rounds
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.real, pytest.mark.slow, needs_bf16_units]
 HF = ["policy.kind=hf", "policy.engine_processes=1"]
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.real import needs_bf16_units
 from tests.real.rounds import FULL_LR, LORA_LR, two_rounds
 
-pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.vllm]
+pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.vllm, needs_bf16_units]
 # These learning rates move SmolLM2 far in one step, and bf16's noise on the probe grows with it:
 # median 0.066 (full) and 0.17 (LoRA) after the step, against 0.001-0.007 for the recipe's
 # versions, where the default (0.05) holds. The mismatch KL is this test's fine check.

@@ -15,8 +15,9 @@ from rao_core.campaign import engines
 from rao_core.run import Run, load_config
 from rao_core.stages.rollout import roll_out
 from rao_core.stages.score import score
+from tests.real import needs_bf16_units
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.real, pytest.mark.slow, needs_bf16_units]
 
 
 def test_the_memory_plan_against_the_train_stage_peak(agent, tmp_path):

@@ -52,7 +52,9 @@ def test_bf16_sampler_logprobs_agree_with_the_trainer_and_with_fp32(smollm2):
     from rao_core.models.loading import load_causal_lm
     from rao_core.policy import GenerationRequest
 
-    engine = HFEngine.from_pretrained(smollm2, device="cpu", cpu_threads=2)
+    # bf16 by name: "auto" picks it only on CPUs with bf16 matrix units (models/dtypes.py), and the
+    # agreement is a property of the arithmetic, whichever CPU runs it
+    engine = HFEngine.from_pretrained(smollm2, device="cpu", dtype="bfloat16", cpu_threads=2)
     assert engine.model.dtype == torch.bfloat16 and engine.sampler == "inverse_cdf"
     tok = engine.tokenizer
     prompts = [
