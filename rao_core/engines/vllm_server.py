@@ -251,8 +251,11 @@ class VLLMServer:
             "VLLM_CPU_KVCACHE_SPACE": str(c.vllm_kv_cache_gib),
             "VLLM_NO_USAGE_STATS": "1",
             "HF_HUB_OFFLINE": "1",
+            # its ZMQ sockets go in the server's own folder (removed by stop), not loose in /tmp
+            "VLLM_RPC_BASE_PATH": str(self._work),
             **gpu_env(c.device, c.tensor_parallel_size),
         }
+        self._work.mkdir(parents=True, exist_ok=True)
         if self.log_path:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.log_path, "ab") as out:  # the child keeps its own descriptor

@@ -64,6 +64,13 @@ def logprobs_of(model, prompt: list[int], tokens: list[int], temperature: float 
     return logp.gather(1, torch.tensor(tokens)[:, None])[:, 0]
 
 
+def test_its_ipc_sockets_live_in_its_own_folder(served):
+    """vLLM's processes talk over ZMQ sockets named by uuid in VLLM_RPC_BASE_PATH (the temp dir by
+    default, where every server used to leave them): here, the server's folder, which stop removes."""
+    server = served[0]
+    assert any(p.is_socket() for p in server._work.iterdir())
+
+
 def test_greedy_tokens_and_logprobs_equal_transformers(served):
     server, _, model = served
     ps = prompts(6, seed=3)
