@@ -85,8 +85,16 @@ class VLLMServer:
         self.reloads: list[dict] = []  # per load: seconds, probe max |diff|
         self._served: Path | None = None  # the folder handed to vLLM (an untied copy, or the checkpoint)
         self._copies = 0
-        self._work = Path(tempfile.mkdtemp(prefix="rao-vllm-"))
+        self._tmp: Path | None = None  # see _work
         self._lock = threading.Lock()
+
+    @property
+    def _work(self) -> Path:
+        """The server's own temporary folder (untied copies, vLLM's sockets): made when a server
+        first starts, so a server that never starts leaves nothing behind; stop removes it."""
+        if self._tmp is None:
+            self._tmp = Path(tempfile.mkdtemp(prefix="rao-vllm-"))
+        return self._tmp
 
     @property
     def base_url(self) -> str:
@@ -255,7 +263,6 @@ class VLLMServer:
             "VLLM_RPC_BASE_PATH": str(self._work),
             **gpu_env(c.device, c.tensor_parallel_size),
         }
-        self._work.mkdir(parents=True, exist_ok=True)
         if self.log_path:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.log_path, "ab") as out:  # the child keeps its own descriptor
@@ -384,4 +391,6 @@ class VLLMServer:
         with self._lock:
             self._kill()
             self.model_dir = None
-        shutil.rmtree(self._work, ignore_errors=True)
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None

@@ -165,6 +165,7 @@ def test_folder_without_weights_and_port_in_use(tmp_path, vllm_python):
     server = VLLMServer(CPU, 2048)
     with pytest.raises(VLLMSetupError, match="has no \\*.safetensors weights"):
         server.ensure(tmp_path / "empty")
+    assert server._tmp is None  # a server that never started made no temporary folder
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
