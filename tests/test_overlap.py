@@ -57,6 +57,7 @@ def test_a_lane_waits_gives_up_on_a_timeout_or_when_the_other_stops():
         wait_until(lambda: False, "v2", 30, stopped=lambda: "the engine lane failed: boom", poll_s=0.05)
 
 
+@pytest.mark.vllm  # its config check looks for .venv-vllm's Python
 def test_devices_and_a_vllm_server_that_would_sleep_under_the_trainer():
     """cuda:N puts the engines and the trainer on different GPUs; overlap with a vLLM server that
     sleeps (or stops) on the trainer's device is refused in one line, before anything runs."""
