@@ -268,8 +268,9 @@ def run_script(main: Callable[[], object]) -> None:
 
 def kill_descendants(timeout: float = 3.0) -> list[int]:
     """Terminate every process this one started (and theirs), then kill what is left after
-    `timeout` seconds. Returns the pids that were running."""
-    children = psutil.Process().children(recursive=True)
+    `timeout` seconds, then delete this process's own temporary folder and end its reaper
+    (rao_core/watchdog.py). Returns the pids that were running."""
+    children = [c for c in psutil.Process().children(recursive=True) if c.pid not in watchdog.reapers()]
     for child in children:
         with contextlib.suppress(psutil.Error):
             child.terminate()
@@ -277,6 +278,7 @@ def kill_descendants(timeout: float = 3.0) -> list[int]:
     for child in alive:
         with contextlib.suppress(psutil.Error):
             child.kill()
+    watchdog.stop_reaper()
     return [c.pid for c in children]
 
 

@@ -337,7 +337,7 @@ def test_kill_and_resume(prefect_server, tmp_path):
 SUITES = {
     "oolong": [
         "suite_args.tasks_per_difficulty=2",
-        "suite_args.difficulty_tokens={easy: [2048], medium: [4096]}",
+        "suite_args.difficulty_tokens={easy: [1024], medium: [2048]}",
         "suite_args.chunk_chars=2500",
         "agent.max_context_tokens=16384",
     ],

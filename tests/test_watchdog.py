@@ -80,3 +80,30 @@ def test_the_reaper_ends_what_its_parent_started_even_reparented():
         time.sleep(600)
     """)
     assert gone_after_kill(proc, pids) == []
+
+
+def test_a_killed_commands_own_temporary_folder_goes_with_it(tmp_path):
+    """start_reaper gives the process a temporary folder of its own (TMPDIR for what it starts);
+    after a SIGKILL the reaper ends its children, then deletes the folder. What should outlive the
+    command stays where it was: Ray's session logs and torch's compile cache."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_TMPDIR", "TORCHINDUCTOR_CACHE_DIR")}
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import json, os, subprocess, sys, tempfile, time
+        from rao_core import watchdog
+        watchdog.start_reaper()
+        child = subprocess.Popen([sys.executable, "-c", "import tempfile, time; tempfile.mkstemp(); time.sleep(600)"])
+        kept = tempfile.mkdtemp()  # a folder a `finally` would have removed
+        while len(os.listdir(tempfile.gettempdir())) < 2:  # the child's file, too
+            time.sleep(0.05)
+        print(json.dumps([child.pid, tempfile.gettempdir(), os.environ["RAY_TMPDIR"],
+                          os.environ["TORCHINDUCTOR_CACHE_DIR"]]), flush=True)
+        time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True, env={**env, "TMPDIR": str(tmp_path)})  # fmt: skip
+    child, own, ray_dir, inductor = json.loads(proc.stdout.readline())
+    assert os.path.dirname(own) == str(tmp_path) and os.path.basename(own).startswith(f"rao-{proc.pid}-")
+    assert (ray_dir, os.path.dirname(inductor)) == (str(tmp_path), str(tmp_path))
+    assert gone_after_kill(proc, [child]) == []
+    deadline = time.monotonic() + 10
+    while os.path.exists(own) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(own)

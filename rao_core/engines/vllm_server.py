@@ -55,10 +55,11 @@ from rao_core.engines.vllm_args import (
 )
 from rao_core.errors import EngineError
 from rao_core.models.locate import adapter_base, is_adapter
-from rao_core.watchdog import WATCHDOG  # ends the server if this process dies
+from rao_core.watchdog import WATCHDOG, lasting_dirs  # ends the server if this process dies
 
 log = logging.getLogger(__name__)
 SERVED_NAME = "policy"
+SOCKET_NAME_LEN = 36  # vLLM names each ZMQ socket in VLLM_RPC_BASE_PATH by a uuid4
 
 
 class StaleWeightsError(EngineError):
@@ -91,9 +92,13 @@ class VLLMServer:
     @property
     def _work(self) -> Path:
         """The server's own temporary folder (untied copies, vLLM's sockets): made when a server
-        first starts, so a server that never starts leaves nothing behind; stop removes it."""
+        first starts, so a server that never starts leaves nothing behind; stop removes it, and
+        its watchdog does if this process is SIGKILLed. In the temporary folder unless that path
+        is too long for a socket's (a Unix socket's path holds at most 107 bytes), then in /tmp."""
         if self._tmp is None:
-            self._tmp = Path(tempfile.mkdtemp(prefix="rao-vllm-"))
+            tmp = tempfile.gettempdir()
+            short = tmp if len(tmp) + len("/rao-vllm-12345678/") + SOCKET_NAME_LEN <= 107 else "/tmp"
+            self._tmp = Path(tempfile.mkdtemp(prefix="rao-vllm-", dir=short))
         return self._tmp
 
     @property
@@ -240,7 +245,7 @@ class VLLMServer:
         served = self._servable(model_dir)
         c = self.cfg
         cmd = [
-            str(self.python), str(WATCHDOG), str(os.getpid()), "--grace", "30", "--",
+            str(self.python), str(WATCHDOG), str(os.getpid()), "--grace", "30", "--remove", str(self._work), "--",
             str(self.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(served),
             "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(self.port),
             *(["--max-model-len", str(self.max_model_len)] if self.max_model_len else []),
@@ -259,8 +264,11 @@ class VLLMServer:
             "VLLM_CPU_KVCACHE_SPACE": str(c.vllm_kv_cache_gib),
             "VLLM_NO_USAGE_STATS": "1",
             "HF_HUB_OFFLINE": "1",
-            # its ZMQ sockets go in the server's own folder (removed by stop), not loose in /tmp
+            # its ZMQ sockets and temporary files (vllm_dist_*) go in the server's own folder,
+            # which stop removes (and a SIGKILLed command's reaper, with the folder it is in)
             "VLLM_RPC_BASE_PATH": str(self._work),
+            **lasting_dirs(),
+            "TMPDIR": str(self._work),
             **gpu_env(c.device, c.tensor_parallel_size),
         }
         if self.log_path:
