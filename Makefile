@@ -9,16 +9,18 @@ SMOLLM2_STAMP := .venv/.smollm2
 # Tests run in 2 processes (pytest-xdist), a test file to a process so module fixtures start once:
 # most slow tests wait on servers and subprocesses, so 2 processes fit 2 cores. PYTEST_PROCS= runs serially.
 PYTEST_PROCS ?= -n 2 --dist loadfile
-# uv installs the pins pip would resolve (the same versions, checked) in a fraction of its time: 44 s
-# against 3:25 for both environments (docs/testing.md). It reads no pip.conf, so pip's own sources are
-# handed on (these machines' find-links holds torch's CPU wheel). Recursive (=): read only to install.
+# uv installs the pins pip would resolve (the same versions, checked) in a fraction of its time
+# (docs/testing.md). It reads no pip.conf, so pip's own sources are handed on (these machines'
+# find-links holds torch's CPU wheel), with pip's rule of the best version across them; and it
+# compiles the bytecode as pip does: with PYTHONDONTWRITEBYTECODE=1 (set here) nothing would, and
+# every import of transformers took 14 s instead of 6. Recursive (=): read only to install.
 pip_conf = $(shell python3 -m pip config get global.$(1) 2>/dev/null)
 FIND_LINKS = $(sort $(PIP_FIND_LINKS) $(call pip_conf,find-links))
 INDEX_URL  = $(firstword $(PIP_INDEX_URL) $(call pip_conf,index-url))
 UV_SOURCES = $(foreach d,$(filter-out /%,$(FIND_LINKS)) $(wildcard $(filter /%,$(FIND_LINKS))),--find-links $(d)) \
 	$(foreach u,$(INDEX_URL),--index-url $(u)) \
 	$(foreach u,$(PIP_EXTRA_INDEX_URL) $(call pip_conf,extra-index-url),--extra-index-url $(u))
-UV = .venv/bin/uv pip install -q --index-strategy unsafe-best-match $(UV_SOURCES)  # pip: the best version of all sources
+UV = .venv/bin/uv pip install -q --compile-bytecode --index-strategy unsafe-best-match $(UV_SOURCES)
 export HF_HUB_OFFLINE := 1
 export PREFECT_HOME := $(CURDIR)/.prefect
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
