@@ -107,3 +107,20 @@ def test_a_killed_commands_own_temporary_folder_goes_with_it(tmp_path):
     while os.path.exists(own) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not os.path.exists(own)
+
+
+def test_an_interrupted_command_deletes_its_folder_and_ends_its_reaper(tmp_path):
+    """kill_descendants, the end of an interrupt: the children end, then the command's own folder
+    goes and its reaper with it, and TMPDIR is what it was; nothing is left when it returns."""
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import json, os, subprocess, sys, tempfile
+        from rao_core import interrupts, watchdog
+        watchdog.start_reaper()
+        own, reaper = tempfile.gettempdir(), watchdog.reapers()[0]
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        ended = interrupts.kill_descendants()
+        print(json.dumps([own, reaper, child.pid, ended, os.environ["TMPDIR"], tempfile.gettempdir()]))
+    """)], capture_output=True, text=True, env={**os.environ, "TMPDIR": str(tmp_path)}, timeout=60)  # fmt: skip
+    own, reaper, child, ended, tmpdir, gettempdir = json.loads(out.stdout)
+    assert ended == [child] and not psutil.pid_exists(reaper) and not os.path.exists(own)
+    assert tmpdir == gettempdir == str(tmp_path) and os.listdir(tmp_path) == []
