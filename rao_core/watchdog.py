@@ -113,12 +113,28 @@ def reap(parent: int, grace_s: float, remove: str | None = None) -> None:
     `remove`. A process reparented when its parent died is no longer under `parent`: the list
     from just before finds it."""
     known: dict[int, int | None] = {}
+    folders = [remove] if remove else []  # and those of the watchdogs under it (a vLLM server's)
     while os.getppid() == parent:
-        known = {**{p: t for p, t in known.items() if started(p) == t}, **tree([parent])}
+        now = tree([parent])
+        folders += [f for pid in now if pid not in known for f in removes_of(pid)]
+        known = {**{p: t for p, t in known.items() if started(p) == t}, **now}
         time.sleep(POLL_S)
     end(tree(list(known)), signal.SIGTERM, grace_s)
-    if remove:
-        shutil.rmtree(remove, ignore_errors=True)
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def removes_of(pid: int) -> list[str]:
+    """The folder a watchdog was told to delete (`--remove`), if `pid` is one: the reaper may end
+    that watchdog before it could."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode(errors="replace") for a in f.read().split(b"\0")]
+    except OSError:
+        return []
+    if str(WATCHDOG) not in argv or "--remove" not in argv[:-1]:
+        return []
+    return [argv[argv.index("--remove") + 1]]
 
 
 def exit_like(code: int) -> None:
@@ -154,11 +170,12 @@ def main(argv: list[str] | None = None) -> None:
     while child.poll() is None:
         if os.getppid() != a.parent:  # reparented: the parent is gone
             end_tree(child, signal.SIGKILL if a.kill else signal.SIGTERM, a.grace)
-            if a.remove:  # (while the parent lives, the folder is its to keep or delete)
-                shutil.rmtree(a.remove, ignore_errors=True)
             break
         time.sleep(POLL_S)
-    exit_like(child.wait())
+    code = child.wait()
+    if a.remove and os.getppid() != a.parent:  # (while the parent lives, the folder is its own)
+        shutil.rmtree(a.remove, ignore_errors=True)
+    exit_like(code)
 
 
 _reaper: list[int] = []  # this process's reaper, once started
