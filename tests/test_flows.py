@@ -36,6 +36,7 @@ CAMPAIGN = [
     *TOY,
     "policy.kind=hf",
     "policy.model=tiny",
+    "policy.engine_processes=0",  # the engine in the flow's process: no engine processes to start
     "agent.max_steps=2",
     "agent.max_new_tokens=12",
     "eval.num_tasks=1",

@@ -293,9 +293,10 @@ def test_the_start_of_the_temporary_prefect_server(tmp_path):
     assert got.stderr[-1].endswith("no run folder was written yet")
 
 
-# The default policy (the shipped model, its engine processes, REPL workers): one round with
-# fewer tasks, interrupted three times in three stages.
-DEFAULT_RUN = ["campaign.rounds=1", "eval.num_tasks=4", "rollout.num_tasks=2"]
+# The default policy (the shipped model, its engine processes, REPL workers): one round of 4 trees
+# (trained on whatever their rewards), interrupted three times in three stages.
+DEFAULT_RUN = ["campaign.rounds=1", "eval.num_tasks=1", "rollout.num_tasks=2", "rollout.group_size=2",
+               "scoring.zero_advantage_groups=keep"]  # fmt: skip
 DEFAULT_CASES = [  # (the stage, how), in the order the campaign reaches them
     ("rollout of round 0 (1 of", "ctrl-c"),
     ("training of round 0 (step 1 of", "sigterm"),

@@ -1,18 +1,24 @@
 """The bootstrap tokenizer: a byte-level BPE trained locally, with every digit its own token.
 
-No tokenizer can be downloaded here, so the embedded default trains one in about a second on a
-corpus of agent-style text. Splitting digits keeps item names like `m2_i3_7` and counts copyable
-token by token. The chat template is ChatML, the format of the Qwen family.
+No tokenizer can be downloaded here, so the embedded default trains one in about two seconds on a
+corpus of agent-style text, once: the result is cached (cache_dir(), keyed by a hash of its
+inputs and code). Splitting digits keeps item names like `m2_i3_7` and counts copyable token by
+token. The chat template is ChatML, the format of the Qwen family.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
+import inspect
+import os
 import random
 import string
 from collections.abc import Iterable
 from pathlib import Path
 
+import tokenizers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
@@ -71,7 +77,48 @@ def train_tokenizer(
     chat_template: str = CHATML_TEMPLATE,
 ) -> PreTrainedTokenizerFast:
     """A byte-level BPE on `corpus` with these special tokens and chat template (the defaults are
-    the bootstrap tokenizer's; tests build other model families' framings the same way)."""
+    the bootstrap tokenizer's; tests build other model families' framings the same way).
+
+    Training takes about 2 s, which every process that frames the tiny model's chats would pay
+    (each `rao` command checks its config with it), so the trained BPE is kept in the cache folder
+    (cache_dir()) under a hash of everything it depends on and read from there (a few ms)."""
+    corpus = list(corpus)
+    path = cache_dir() / "tokenizers" / f"bpe-{_bpe_key(corpus, vocab_size, special_tokens)}.json"
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception:  # not cached yet (or unreadable): train it, and cache it where we can
+        tok = _train_bpe(corpus, vocab_size, special_tokens)
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp-{os.getpid()}")
+            tmp.write_text(tok.to_str())
+            os.replace(tmp, path)  # atomic: a reader sees the whole file or none
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token=eos, pad_token=pad, bos_token=bos, unk_token=None
+    )
+    fast.chat_template = chat_template
+    return fast
+
+
+def cache_dir() -> Path:
+    """Where rao keeps what it can rebuild: $RAO_CACHE_DIR, else $XDG_CACHE_HOME/rao, else
+    ~/.cache/rao."""
+    if os.environ.get("RAO_CACHE_DIR"):
+        return Path(os.environ["RAO_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rao"
+
+
+def _bpe_key(corpus: list[str], vocab_size: int, special_tokens: list[str]) -> str:
+    """A hash of the BPE's inputs, the code that trains it and the tokenizers version."""
+    digest = hashlib.sha256()
+    for part in (tokenizers.__version__, inspect.getsource(_train_bpe), str(vocab_size), *special_tokens):
+        digest.update(part.encode() + b"\0")
+    for text in corpus:
+        digest.update(text.encode() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _train_bpe(corpus: list[str], vocab_size: int, special_tokens: list[str]) -> Tokenizer:
     tok = Tokenizer(models.BPE())
     # Spaces are tokens of their own, so a name is the same tokens after a space, a quote or a
     # bracket: `make b92` and `info('b92')` both spell b, 9, 2. A tiny model must copy names from its
@@ -91,11 +138,7 @@ def train_tokenizer(
         show_progress=False,
     )
     tok.train_from_iterator(corpus, trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token=eos, pad_token=pad, bos_token=bos, unk_token=None
-    )
-    fast.chat_template = chat_template
-    return fast
+    return tok
 
 
 @functools.lru_cache(maxsize=4)

@@ -86,3 +86,30 @@ def test_shipped_checkpoints_load_by_name_with_their_recipe(name):
     recipe = (SHIPPED / name / "COMMAND").read_text()
     assert recipe.startswith(("rao warmstart", "rao train", ".venv/bin/python"))
     assert json.loads((SHIPPED / name / "metrics.json").read_text())["train"]["steps"] > 0
+
+
+def test_the_trained_bpe_is_cached_and_read_back_the_same(tmp_path, monkeypatch):
+    """The BPE is trained once into the cache folder; later processes read it back: the same
+    tokenizer, token for token. A damaged cache file is trained again and replaced."""
+    from rao_core.models.tokenizer import cache_dir, default_corpus, train_tokenizer
+
+    monkeypatch.setenv("RAO_CACHE_DIR", str(tmp_path / "cache"))
+    assert cache_dir() == tmp_path / "cache"
+    trained = train_tokenizer(default_corpus(500), 300)
+    [path] = (tmp_path / "cache" / "tokenizers").iterdir()
+    read = train_tokenizer(default_corpus(500), 300)
+    text = "<|im_start|>user\ncraft('m2_i3_7', 12) and info('b92')<|im_end|>"
+    assert read.backend_tokenizer.to_str() == trained.backend_tokenizer.to_str()
+    assert read(text)["input_ids"] == trained(text)["input_ids"] and len(read) == len(trained)
+    assert (read.eos_token_id, read.pad_token_id, read.chat_template) == (
+        trained.eos_token_id, trained.pad_token_id, trained.chat_template
+    )  # fmt: skip
+    other = train_tokenizer(default_corpus(500), 301)  # other inputs: a file of their own
+    assert len(list(path.parent.iterdir())) == 2 and len(other) != len(trained)
+    path.write_text("{not json")
+    again = train_tokenizer(default_corpus(500), 300)
+    assert again.backend_tokenizer.to_str() == trained.backend_tokenizer.to_str()
+    assert path.read_text().startswith("{") and train_tokenizer(
+        default_corpus(500), 300
+    ).backend_tokenizer.to_str() == (trained.backend_tokenizer.to_str())  # replaced by a whole file
+    assert not list(path.parent.glob("*.tmp-*"))
