@@ -81,7 +81,8 @@ def train_tokenizer(
 
     Training takes about 2 s, which every process that frames the tiny model's chats would pay
     (each `rao` command checks its config with it), so the trained BPE is kept in the cache folder
-    (cache_dir()) under a hash of everything it depends on and read from there (a few ms)."""
+    (cache_dir()) under a hash of everything it depends on and read from there (about 0.2 s,
+    most of it making the corpus to hash)."""
     corpus = list(corpus)
     path = cache_dir() / "tokenizers" / f"bpe-{_bpe_key(corpus, vocab_size, special_tokens)}.json"
     try:
