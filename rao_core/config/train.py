@@ -142,8 +142,8 @@ class TrainConfig:
         None,
         "eps in (0, 1): PPO's clip as a mask on CISPO (MiniMax-M1's M_t): an action token whose "
         "ratio to the sampler (pi_prox under proximal_anchor) already left [1 - eps, 1 + eps] in the "
-        "direction its advantage pushes gets no gradient; null = off (with campaign.max_staleness >= 1, "
-        "0.3 kept 3 seeds from collapsing, docs/overlap.md)",
+        "direction its advantage pushes gets no gradient; null = off (at campaign.max_staleness = 1, "
+        "0.3 kept 3 seeds from collapsing; at 2, 0.2: docs/overlap.md)",
         gt=0,
         lt=1,
     )
