@@ -89,7 +89,8 @@ AutoTokenizer.from_pretrained(src).save_pretrained(sys.argv[1])
 print("bf16 copy of small-warmstart ->", sys.argv[1])
 PY
   local size=(rollout.num_tasks=1 rollout.group_size=4 eval.num_tasks=2)
-  ((DRY)) && size=(rollout.num_tasks=1 rollout.group_size=2 eval.num_tasks=1 policy.engine_processes=0)
+  ((DRY)) && size=(rollout.num_tasks=1 rollout.group_size=2 eval.num_tasks=1 eval.difficulty=medium
+    agent.max_steps=4 train.steps_per_round=1 policy.engine_processes=0)
   sets runs_dir="$OUT/runs" run_name=train policy.model="$OUT/bf16-warmstart" policy.kind=hf \
     policy.device="$DEVICE" train.device="$DEVICE" policy.dtype=bfloat16 train.lr=3e-6 campaign.rounds=1 \
     eval.trees_to_render=0 scoring.zero_advantage_groups=keep tracking.enabled=$TRACKING \

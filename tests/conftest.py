@@ -15,6 +15,11 @@ from rao_core.run import load_config
 from rao_core.sampler import RowLabels
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Ray starts its workers at nice 15 (its `worker_niceness`), so that they yield to the driver and
+# the raylet. Here the other test process keeps both cores busy, and a shard's worker waited for
+# it: importing the shard task took 22 s of wall time for 2.6 s of CPU. Tests that start Ray (the
+# `rao` commands they run inherit this) give its workers the usual priority.
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 TOY = [  # the reference profile on a toy world, whatever the embedded defaults are
     "suite=textcraft",

@@ -222,7 +222,7 @@ def test_a_broken_scorer_stops_the_campaign_with_its_message(
     monkeypatch.syspath_prepend(str(tmp_path))
     sets = [f"runs_dir={tmp_path}", "suite=brokenscorer:Typo", "policy.model=tiny", "agent.max_steps=2",
             "agent.max_new_tokens=12", "eval.num_tasks=1", "campaign.rounds=2",
-            f"campaign.max_staleness={staleness}"]  # fmt: skip
+            f"campaign.max_staleness={staleness}", "policy.engine_processes=0"]  # fmt: skip
     rc = main(["train", *(a for o in sets for a in ("--set", o))])
     err = capsys.readouterr().err
     assert rc == 1 and "stopped: the suite's scorer failed at 4 of 4 nodes of round 0, as at node" in err, err
@@ -355,7 +355,7 @@ def test_other_suites_run_through_the_same_flow(prefect_server, tmp_path, suite)
 
     ov = [
         f"runs_dir={tmp_path}", f"suite={suite}", *SUITES[suite], "policy.kind=scripted", "policy.model=tiny",
-        "policy.error_rate=0.3", "judge.kind=scripted", "rollout.difficulty=easy,medium", "rollout.num_tasks=2",
+        "policy.error_rate=0.3", "judge.kind=scripted", "rollout.difficulty=easy,medium", "rollout.num_tasks=1",
         "rollout.group_size=2", "eval.difficulty=easy", "eval.num_tasks=2", "campaign.rounds=1",
         "scoring.zero_advantage_groups=keep", "scoring.single_tree_groups=zero_baseline",
         "tracking.log_checkpoints=false", "agent.cell_timeout_s=10",

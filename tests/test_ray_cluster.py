@@ -109,12 +109,13 @@ def test_rao_train_on_a_cluster_of_three_nodes(cluster, prefect_api, tmp_path):
     }
 
 
-def test_an_empty_address_starts_a_local_instance_beside_a_cluster(cluster, tmp_path):
+def test_an_empty_address_starts_a_local_instance_beside_a_cluster(cluster, prefect_api, tmp_path):
     """rollout.ray_address='' starts a Ray instance of its own even where a cluster runs on the
     machine (Ray's ray.init() would join the latest `ray start` cluster, which
     ray.cluster_utils.Cluster also announces): its shards run on none of the cluster's nodes."""
     ov = [f"runs_dir={tmp_path}", *CLUSTER_RUN, "rollout.shards=2", "tracking.enabled=false"]
     env = {k: v for k, v in own_server_env(tmp_path).items() if k != "RAY_ADDRESS"}
+    env["PREFECT_API_URL"] = prefect_api  # the module's standing server: no temporary one to start
     done = subprocess.run([sys.executable, "-m", "flows.cli", "rollout", *(a for o in ov for a in ("--set", o))],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
