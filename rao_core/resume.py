@@ -87,8 +87,20 @@ def engine_switch(key: str, old: dict, new: dict) -> bool:
     )
 
 
+# The train settings that act only on stale trees (under train.corrections=stale_rounds).
+STALE_ONLY = ("token_mask", "sequence_mask", "proximal_anchor", "behaviour_cap", "trust_region", "kl_guard")
+
+
 def irrelevant(key: str, old: dict, new: dict) -> bool:
-    """Sections that neither configuration uses: the warm start of a run that did not train one."""
+    """Settings that neither configuration uses: the warm start of a run that did not train one, the
+    judge of a run without one, and the corrections of stale trees where no tree is stale (k = 0;
+    a run folder from before trust_region and kl_guard became `auto` resumes as it was)."""
+    if key.startswith("train.") and key.split(".")[1].startswith(STALE_ONLY):
+        return all(
+            (c.get("campaign") or {}).get("max_staleness", 0) == 0
+            and (c.get("train") or {}).get("corrections", "stale_rounds") == "stale_rounds"
+            for c in (old, new)
+        )
     if key.startswith("warmstart."):
         return old.get("policy", {}).get("model") != "warmstart" and new["policy"]["model"] != "warmstart"
     if key.startswith("judge."):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from rao_core import resume
 from rao_core.config import ConfigError
@@ -47,6 +48,23 @@ def test_a_change_of_future_rounds_only_is_recorded(tmp_path):
     assert entry["changes"]["campaign.rounds"] == [12, 20]
     assert resume.stored_config(cfg.run_dir)["campaign"]["rounds"] == 20
     assert prepare(Run(more)) == {}  # recorded once
+
+
+@pytest.mark.parametrize("k", [0, 1])
+def test_a_folder_from_before_the_auto_corrections_resumes_where_none_acts(tmp_path, k):
+    """A run folder that stored train.trust_region null and kl_guard off (the defaults before
+    `auto`): at k = 0 they never act, so today's defaults resume it; at k = 1 they would change
+    the rounds to come, and the resume is refused with the keys."""
+    cfg = completed_round(tmp_path, f"campaign.max_staleness={k}")
+    stored = resume.stored_config(cfg.run_dir)
+    stored["train"].update(trust_region=None, kl_guard="off")
+    cfg.layout.config.write_text(yaml.safe_dump(stored))
+    if k == 0:
+        assert prepare(Run(cfg)) == {}
+        return
+    with pytest.raises(ConfigError) as err:
+        prepare(Run(cfg))
+    assert "train.trust_region (None -> 'auto'), train.kl_guard ('off' -> 'auto')" in str(err.value)
 
 
 def test_switching_between_model_engines_is_free(tmp_path):

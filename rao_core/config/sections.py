@@ -250,8 +250,9 @@ class CampaignConfig:
         "with the version it trains (rollout, then training, in turn). k >= 1: the engines roll "
         "out the next rounds and evaluate while the trainer trains (both busy, about max(rollout + "
         "evaluation, training) a round instead of their sum), at the price of trees up to k "
-        "versions old, corrected by the importance ratio (train.kl_guard can drop a round whose "
-        "mismatch KL jumps); scoring drops any older tree. Pays "
+        "versions old, corrected by the importance ratio, a trust region (train.trust_region: auto "
+        "= 0.3) and a guard that drops a round whose mismatch KL jumps (train.kl_guard: auto = "
+        "skip); scoring drops any older tree. Pays "
         "where engines and trainer have hardware of their own (not on 2 CPU cores); watch the "
         "train line's sampler mismatch KL (docs/overlap.md)",
         ge=0,

@@ -13,6 +13,12 @@ from pydantic import Field, StrictBool, model_validator
 
 from rao_core.config.types import Device, Float, Int, Labels, NumberList, YamlOff, opt, section
 
+# What `auto` means for trust_region and kl_guard where the corrections act: the combination that
+# held up best at k = 1 on 3 rollout seeds and at k = 2 (docs/overlap.md, "12 rounds with eps 0.3
+# and the guard").
+STALE_TRUST_REGION = 0.3
+STALE_KL_GUARD = "skip"
+
 LossType = Literal["cispo", "grpo", "dr_grpo", "dapo", "bnpo", "sapo", "luspo", "vespo"]
 
 
@@ -121,7 +127,8 @@ class TrainConfig:
     # token, pi_prox the trainer's under the version the round starts from (recomputed before the
     # round's first update), and the behaviour ratio is pi_prox / mu: 1 up to numerical noise at
     # k = 0, further from 1 the older the tree (campaign.max_staleness). The masks and the anchor are
-    # off by default, the guard too; in stale rounds only (corrections).
+    # off by default; the trust region and the guard are `auto` (on in stale rounds, measured); all
+    # act in stale rounds only (corrections).
     token_mask: Float | None = opt(
         None,
         "c > 1: action tokens whose behaviour ratio lies outside [1/c, c] get no gradient; null = off",
@@ -138,21 +145,20 @@ class TrainConfig:
         "sampler's mu, and each token is weighted by the behaviour ratio truncated at behaviour_cap",
     )
     behaviour_cap: Float = opt(2.0, "proximal_anchor: the cap of the behaviour ratio's weight", gt=0)
-    trust_region: Float | None = opt(
-        None,
+    trust_region: Annotated[Float, Field(gt=0, lt=1)] | Literal["auto"] | None = opt(
+        "auto",
         "eps in (0, 1): PPO's clip as a mask on CISPO (MiniMax-M1's M_t): an action token whose "
         "ratio to the sampler (pi_prox under proximal_anchor) already left [1 - eps, 1 + eps] in the "
-        "direction its advantage pushes gets no gradient; null = off (at campaign.max_staleness = 1, "
-        "0.3 kept 3 seeds from collapsing; at 2, 0.2: docs/overlap.md)",
-        gt=0,
-        lt=1,
+        "direction its advantage pushes gets no gradient; auto = 0.3 where the corrections act (k >= 1: "
+        "kept 3 seeds from collapsing at k = 1, and seed 0 at k = 2 with the guard), off elsewhere; "
+        "null = off (docs/overlap.md)",
     )
-    kl_guard: Annotated[Literal["off", "skip", "scale"], YamlOff] = opt(
-        "off",
+    kl_guard: Annotated[Literal["auto", "off", "skip", "scale"], YamlOff] = opt(
+        "auto",
         "when the round's sampler mismatch KL jumps (> kl_guard_factor x the median of earlier "
         "rounds', or > kl_guard_ceiling; never below kl_guard_floor): skip = drop the round's trees "
-        "(the version advances unchanged), scale = lr x threshold / KL for the round; off by default "
-        "(12 rounds at k = 1: skip lowered the final on 2 of 3 seeds, docs/overlap.md)",
+        "(the version advances unchanged), scale = lr x threshold / KL for the round; auto = skip "
+        "where the corrections act (k >= 1), off elsewhere (docs/overlap.md)",
     )
     kl_guard_factor: Float = opt(4.0, "kl_guard: a jump is this many times the earlier rounds' median", gt=1)
     kl_guard_ceiling: Float = opt(
@@ -170,6 +176,24 @@ class TrainConfig:
                 "sequence_mask and proximal_anchor with cispo or the grpo family"
             )
         return self
+
+    def with_auto(self, acting: bool) -> TrainConfig:
+        """This config with `auto` settled: trust_region and kl_guard take the measured settings
+        (STALE_TRUST_REGION, STALE_KL_GUARD) where the corrections act, off elsewhere."""
+        return dataclasses.replace(
+            self,
+            trust_region=(STALE_TRUST_REGION if acting else None)
+            if self.trust_region == "auto"
+            else self.trust_region,
+            kl_guard=(STALE_KL_GUARD if acting else "off") if self.kl_guard == "auto" else self.kl_guard,
+        )
+
+    def for_round(self, stale: bool) -> TrainConfig:
+        """The config a round trains with: under corrections=stale_rounds, a round of fresh trees
+        (k = 0, or a round before the first stale one) gets none; otherwise `auto` is settled."""
+        if self.corrections == "stale_rounds" and not stale:
+            return self.without_corrections()
+        return self.with_auto(acting=True)
 
     def without_corrections(self) -> TrainConfig:
         """This config with every correction and the guard off: a round of fresh trees under
@@ -191,4 +215,4 @@ class TrainConfig:
     @property
     def weighs_tokens(self) -> bool:
         """Whether the loss gets a per-token weight: a correction, or the trust region's mask."""
-        return self.corrects or self.trust_region is not None
+        return self.corrects or self.trust_region not in (None, "auto")

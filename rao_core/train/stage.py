@@ -166,8 +166,7 @@ def _train_and_publish(
     free = gpu_free()  # with vLLM asleep (policy.vllm_during_train), nearly the whole device
     rows = read_rows(run_dir, round)
     stale = trains_stale_trees(run_dir, round)
-    if cfg.corrections == "stale_rounds" and not stale:
-        cfg = cfg.without_corrections()  # k = 0, or a round before the first stale one
+    cfg = cfg.for_round(stale)  # no corrections in a round of fresh trees (k = 0); `auto` settled
     out_path.parent.mkdir(parents=True, exist_ok=True)
     for debris in out_path.parent.glob(f".tmp-{out_path.name}-*"):  # a killed attempt's half checkpoint
         shutil.rmtree(debris, ignore_errors=True)

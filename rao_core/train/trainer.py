@@ -376,14 +376,14 @@ def train_rows(
     `cfg.lora`, `model` is either a peft model (the adapter trains on) or a plain one (a fresh
     adapter is put on it). `reference`: version 0, the KL term's pi_ref when `cfg.beta` > 0
     (with LoRA the base model is, and `reference` is not needed). `kl_history`: the earlier rounds'
-    sampler mismatch KLs, which `cfg.kl_guard` judges this round's against; None (the default) turns
-    the guard off, as for a round of fresh trees (the stage passes one where the guard is to act).
+    sampler mismatch KLs, which `cfg.kl_guard` judges this round's against; None turns it off. The
+    stage settles `auto` by the trees' staleness (`TrainConfig.for_round`); here rows count as fresh.
 
     Launched on N processes, every rank passes the same rows and gets the metrics of the whole round;
     the model comes back on every rank under DDP and on rank 0 only under FSDP / ZeRO-3 (None
     elsewhere). Exact equality with one process holds for the token-mean losses (cispo, dapo, vespo);
-    the per-micro-batch losses (grpo, bnpo, ...) average over a different set of micro-batches.
-    """
+    the per-micro-batch losses (grpo, bnpo, ...) average over a different set of micro-batches."""
+    cfg = cfg.with_auto(acting=cfg.corrections == "every_round")  # a no-op after for_round
     keep_freed_memory()  # the step's large tensors are reused, not faulted in again (allocator.py)
     torch.manual_seed(cfg.seed)
     plan = plan_steps(rows, cfg.max_tokens_per_microbatch, cfg.steps_per_round, cfg.seed)

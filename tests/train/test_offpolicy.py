@@ -220,8 +220,9 @@ def test_later_steps_use_the_version_the_round_started_from(tmp_path):
 
 
 def test_no_correction_is_the_uncorrected_trainer_exactly(tmp_path):
-    """Off (the default): the same loss and gradient, bit for bit, as before the corrections existed
-    (the k = 0 path), and no correction metrics."""
+    """The defaults (trust_region and kl_guard auto, which train_rows settles as off for rows it
+    takes as fresh; the rest off): the same loss and gradient, bit for bit, as before the
+    corrections existed (the k = 0 path), and no correction metrics."""
     model = tiny_model()
     rows = stale_rows(model, 6, seed=13)
     a, b = GradCapture(), GradCapture()

@@ -212,6 +212,31 @@ def test_corrections_act_only_in_rounds_of_stale_trees(tmp_path, checkpoint):
     assert "token_masked_fraction" in everywhere
 
 
+def test_the_defaults_correct_stale_rounds_and_leave_fresh_ones_as_they_were(tmp_path, checkpoint):
+    """train.trust_region and train.kl_guard default to auto: a round of fresh trees (k = 0) trains
+    bit for bit as with both off; a round of stale trees gets eps 0.3 and the guard at skip."""
+    default = dataclasses.replace(CFG, steps_per_round=2)
+    assert (default.trust_region, default.kl_guard) == ("auto", "auto")
+    off = dataclasses.replace(default, trust_region=None, kl_guard="off")
+    fresh, stale = tmp_path / "fresh", tmp_path / "stale"
+    write_round(fresh, [1.0, 0.0, 1.0, 0.0], round_=1)
+    write_round(stale, [1.0, 0.0, 1.0, 0.0], round_=1, version=0)
+    auto = train_round(fresh, 1, checkpoint, tmp_path / "auto", default)
+    plain = train_round(fresh, 1, checkpoint, tmp_path / "plain", off)
+    assert auto["loss"] == plain["loss"] and auto["grad_norms"] == plain["grad_norms"]
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(
+            weights(tmp_path / "auto").values(), weights(tmp_path / "plain").values(), strict=True
+        )
+    )
+    assert (auto["config"]["trust_region"], auto["config"]["kl_guard"]) == (None, "off")
+    corrected = train_round(stale, 1, checkpoint, tmp_path / "corrected", default)
+    assert (corrected["config"]["trust_region"], corrected["config"]["kl_guard"]) == (0.3, "skip")
+    # the rows' made-up sampler log-probs are far over kl_guard_ceiling: the guard drops the round
+    assert corrected["kl_guard_skipped"] == 1
+
+
 def test_the_guard_reads_the_earlier_rounds_kls(tmp_path):
     """Version v's metrics hold round v-1's KL; under stale_rounds only stale rounds count (a fresh
     round's KL is numerical noise), and a version without metrics is passed over."""
