@@ -25,6 +25,7 @@ import yaml
 
 from rao_core.config import ConfigError, RunConfig, explain, save_config, to_dict
 from rao_core.config.loading import SECTIONS, migrate_file
+from rao_core.config.train import CORRECTION_SETTINGS
 from rao_core.envs.args import migrate_suite_settings
 from rao_core.envs.registry import SuiteError, filled_args, registered_name, suite_class
 from rao_core.layout import RunLayout
@@ -87,15 +88,11 @@ def engine_switch(key: str, old: dict, new: dict) -> bool:
     )
 
 
-# The train settings that act only on stale trees (under train.corrections=stale_rounds).
-STALE_ONLY = ("token_mask", "sequence_mask", "proximal_anchor", "behaviour_cap", "trust_region", "kl_guard")
-
-
 def irrelevant(key: str, old: dict, new: dict) -> bool:
     """Settings that neither configuration uses: the warm start of a run that did not train one, the
     judge of a run without one, and the corrections of stale trees where no tree is stale (k = 0;
     a run folder from before trust_region and kl_guard became `auto` resumes as it was)."""
-    if key.startswith("train.") and key.split(".")[1].startswith(STALE_ONLY):
+    if key.startswith("train.") and key.removeprefix("train.") in CORRECTION_SETTINGS:
         return all(
             (c.get("campaign") or {}).get("max_staleness", 0) == 0
             and (c.get("train") or {}).get("corrections", "stale_rounds") == "stale_rounds"

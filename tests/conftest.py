@@ -17,9 +17,9 @@ from rao_core.sampler import RowLabels
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Ray starts its workers at nice 15 (its `worker_niceness`), so that they yield to the driver and
 # the raylet; then they wait for any other work on the machine (the other test process, a campaign
-# beside the tests: 22 s of wall time to import the shard task for 2.6 s of CPU,
-# bench/ray_niceness_bench.py). Tests that start Ray (and the `rao` commands they run, which
-# inherit this) give its workers the usual priority.
+# beside the tests: with every core busy, importing the shard task took 147 s of wall time at nice
+# 15 and 9.4 s at 0, bench/ray_niceness_bench.py). Tests that start Ray (and the `rao` commands
+# they run, which inherit this) give its workers the usual priority.
 os.environ.setdefault("RAY_worker_niceness", "0")
 
 TOY = [  # the reference profile on a toy world, whatever the embedded defaults are

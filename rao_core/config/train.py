@@ -18,6 +18,17 @@ from rao_core.config.types import Device, Float, Int, Labels, NumberList, YamlOf
 # and the guard").
 STALE_TRUST_REGION = 0.3
 STALE_KL_GUARD = "skip"
+# Every correction and the guard switched off: a round of fresh trees under corrections=stale_rounds.
+CORRECTIONS_OFF = {"token_mask": None, "sequence_mask": None, "proximal_anchor": False, "trust_region": None,
+                   "kl_guard": "off"}  # fmt: skip
+# The settings that matter only where the corrections act (their switches and their knobs).
+CORRECTION_SETTINGS = (
+    *CORRECTIONS_OFF,
+    "behaviour_cap",
+    "kl_guard_factor",
+    "kl_guard_ceiling",
+    "kl_guard_floor",
+)
 
 LossType = Literal["cispo", "grpo", "dr_grpo", "dapo", "bnpo", "sapo", "luspo", "vespo"]
 
@@ -180,12 +191,12 @@ class TrainConfig:
     def with_auto(self, acting: bool) -> TrainConfig:
         """This config with `auto` settled: trust_region and kl_guard take the measured settings
         (STALE_TRUST_REGION, STALE_KL_GUARD) where the corrections act, off elsewhere."""
+        settled = (
+            {"trust_region": STALE_TRUST_REGION, "kl_guard": STALE_KL_GUARD} if acting else CORRECTIONS_OFF
+        )
         return dataclasses.replace(
             self,
-            trust_region=(STALE_TRUST_REGION if acting else None)
-            if self.trust_region == "auto"
-            else self.trust_region,
-            kl_guard=(STALE_KL_GUARD if acting else "off") if self.kl_guard == "auto" else self.kl_guard,
+            **{key: settled[key] for key in ("trust_region", "kl_guard") if getattr(self, key) == "auto"},
         )
 
     def for_round(self, stale: bool) -> TrainConfig:
@@ -198,14 +209,7 @@ class TrainConfig:
     def without_corrections(self) -> TrainConfig:
         """This config with every correction and the guard off: a round of fresh trees under
         corrections=stale_rounds."""
-        return dataclasses.replace(
-            self,
-            token_mask=None,
-            sequence_mask=None,
-            proximal_anchor=False,
-            trust_region=None,
-            kl_guard="off",
-        )
+        return dataclasses.replace(self, **CORRECTIONS_OFF)
 
     @property
     def corrects(self) -> bool:
