@@ -119,9 +119,26 @@ def reap(parent: int, grace_s: float, remove: str | None = None) -> None:
         folders += [f for pid in now if pid not in known for f in removes_of(pid)]
         known = {**{p: t for p, t in known.items() if started(p) == t}, **now}
         time.sleep(POLL_S)
-    end(tree(list(known)), signal.SIGTERM, grace_s)
+    # what started within POLL_S of the end (or before this reaper's first look) and was reparented
+    # at once is in no list: it still has the parent's own folder as its TMPDIR
+    late = using_tempdir(remove) if remove else []
+    end({**tree(late), **tree(list(known))}, signal.SIGTERM, grace_s)
     for folder in folders:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def using_tempdir(folder: str) -> list[int]:
+    """The processes whose TMPDIR is `folder` (a command's own folder: all it starts inherit it)."""
+    entry = f"TMPDIR={folder}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if name.isdigit() and entry in f.read().split(b"\0"):
+                    found.append(int(name))
+        except OSError:
+            continue
+    return found
 
 
 def removes_of(pid: int) -> list[str]:

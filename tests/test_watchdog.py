@@ -124,3 +124,18 @@ def test_an_interrupted_command_deletes_its_folder_and_ends_its_reaper(tmp_path)
     own, reaper, child, ended, tmpdir, gettempdir = json.loads(out.stdout)
     assert ended == [child] and not psutil.pid_exists(reaper) and not os.path.exists(own)
     assert tmpdir == gettempdir == str(tmp_path) and os.listdir(tmp_path) == []
+
+
+def test_what_starts_just_before_a_kill_goes_too():
+    """A child started after the reaper's last look (within POLL_S of the SIGKILL) is in no list
+    once reparented: its TMPDIR, the command's own folder, finds it."""
+    proc, pids = parent_that_prints(f"""
+        import json, subprocess, time
+        from rao_core import watchdog
+        watchdog.start_reaper()
+        time.sleep(2)  # the reaper runs and has looked
+        late = [subprocess.Popen({SLEEPER!r}).pid for _ in range(3)]
+        print(json.dumps(late), flush=True)
+        time.sleep(600)
+    """)
+    assert gone_after_kill(proc, pids) == []

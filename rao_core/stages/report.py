@@ -13,7 +13,7 @@ from rao_core.layout import RunLayout
 from rao_core.run import Run
 from rao_core.stages.common import note
 from rao_core.store.files import write_text
-from rao_core.store.parquet import read_meta
+from rao_core.store.parquet import clean_temporaries, read_meta
 
 
 # -- one line per stage, for the flow run's log ------------------------------------------------
@@ -225,6 +225,9 @@ def eval_history_of(run_dir: Path) -> dict[int, dict[str, Any]]:
 
 
 # -- report files ------------------------------------------------------------------------------
+CAMPAIGN_REPORTS = ("learning_curves.md", "learning_curves.png", "delegation.png", "depth_by_difficulty.png")
+
+
 def write_campaign_report(run: Run) -> dict[str, Path]:
     """reports/: learning curves of the arm(s) (table and plot), the paired gain, the rollout
     budget, delegation per version (table and plot) and depth reached against difficulty for the
@@ -237,6 +240,9 @@ def write_campaign_report(run: Run) -> dict[str, Path]:
     out = run.layout.reports
     if not histories:
         return {}
+    # a killed writer's half files: only these names' (`rao compare` writes here too)
+    for name in CAMPAIGN_REPORTS:
+        clean_temporaries(out, name)
     gain = {arm: g for arm in histories if (g := gains.run_gain(runs[arm]))}
     budget = {arm: gains.rollout_budget(runs[arm]) for arm in histories}
     delegation = {arm: gains.delegation_by_round(runs[arm]) for arm in histories}
@@ -246,11 +252,11 @@ def write_campaign_report(run: Run) -> dict[str, Path]:
     text += "\n## What the rollouts spent\n\n" + report.budget_markdown(budget)
     text += "\n## Delegation per policy version\n\n" + report.delegation_markdown(histories, delegation)
     files = {
-        "curves": write_text(out / "learning_curves.md", text),
-        "curves_plot": report.plot_learning_curves(histories, out / "learning_curves.png"),
-        "delegation_plot": report.plot_delegation(histories, delegation, out / "delegation.png"),
+        "curves": write_text(out / CAMPAIGN_REPORTS[0], text),
+        "curves_plot": report.plot_learning_curves(histories, out / CAMPAIGN_REPORTS[1]),
+        "delegation_plot": report.plot_delegation(histories, delegation, out / CAMPAIGN_REPORTS[2]),
         "depth_plot": report.plot_depth_by_difficulty(
-            {f"{arm} v{max(h)}": h[max(h)] for arm, h in histories.items()}, out / "depth_by_difficulty.png"
+            {f"{arm} v{max(h)}": h[max(h)] for arm, h in histories.items()}, out / CAMPAIGN_REPORTS[3]
         ),
     }
     tracker = run.tracker

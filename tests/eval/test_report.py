@@ -122,7 +122,13 @@ def test_campaign_report_logs_both_arms(tmp_path):
     for arm in (cfg, control_config(cfg)):
         for version in (0, 1):
             evaluate(Run(arm), version)
+    reports = cfg.run_dir / "reports"
+    reports.mkdir()
+    killed = reports / ".tmp-delegation.png-0badf00d"  # a writer SIGKILLed mid-plot left it
+    others = reports / ".tmp-compare-v1.md-0badf00d"  # another command's, maybe still writing
+    killed.write_bytes(b"half a png"), others.write_text("half a table")
     files = report.write_campaign_report(Run(cfg))
+    assert not killed.exists() and others.exists()
     text = files["curves"].read_text()
     assert "recursive easy" in text and "single easy" in text and "| v1 |" in text
     assert "| recursive v0 -> v1 | all | 1 |" in text and "| single v0 -> v1 | all | 1 |" in text

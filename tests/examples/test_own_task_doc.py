@@ -58,13 +58,13 @@ def test_the_dataset_route_runs_as_written(tmp_path):
     assert rows and {r["depth"] for r in rows} <= {0, 1}  # roots, and the sub-agents of long questions
 
 
-@pytest.mark.slow  # a warm start of 12 steps, v0, one RL round, v1 (Prefect, MLflow)
+@pytest.mark.slow  # a warm start of 6 steps, v0, one RL round, v1 (Prefect, MLflow)
 def test_the_dataset_route_trains_on_cpu(tmp_path):
     """`rao train --config run.yaml` on a small budget: the warm start from the demonstrator is v0,
     one RL round trains v1, and both are evaluated on held-out questions."""
     rao = route_a(tmp_path)
-    small = ["warmstart.recursive_episodes=8", "warmstart.flat_episodes=4", "warmstart.max_steps=12",
-             "campaign.rounds=1", "eval.num_tasks=4", "rollout.num_tasks=2", "rollout.group_size=4",
+    small = ["warmstart.recursive_episodes=8", "warmstart.flat_episodes=4", "warmstart.max_steps=6",
+             "campaign.rounds=1", "eval.num_tasks=2", "rollout.num_tasks=2", "rollout.group_size=4",
              "scoring.zero_advantage_groups=keep"]  # fmt: skip
     done = rao("train", "--config", "run.yaml", *(a for o in small for a in ("--set", o)), timeout=1500)
     assert done.returncode == 0, done.stderr[-3000:]
