@@ -227,7 +227,7 @@ def test_local_eval_shards_are_one_evaluation(tmp_path):
 
     shutil.copytree(Run(two).checkpoints.initial(), two.layout.checkpoint(1))  # a version 1 to evaluate
     evaluate_shard(Run(two), 1, 0)  # a version started with 2 shards is finished with 2
-    three = load_config(overrides=[*base, "run_name=two", "rollout.shards=3"])
+    three = load_config(overrides=[*base, "run_name=two", "rollout.shards=3", "eval.num_tasks=2"])
     with pytest.raises(ValueError, match="the evaluation of version 1 was started with 2 shards"):
         evaluate(Run(three), 1)
 
