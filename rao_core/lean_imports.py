@@ -3,7 +3,7 @@
 transformers imports `sklearn.metrics` at import time wherever scikit-learn is installed (MLflow
 installs it), for one option of assisted generation (`assistant_confidence_threshold`) that RAO
 never uses. That import was 1.4 s of the 8.6 s a process spent importing torch, transformers,
-MLflow and Prefect here (`python -X importtime`; docs/testing.md), and every `rao` command, engine
+MLflow and Prefect here (`python -X importtime`; docs/engines.md), and every `rao` command, engine
 process and train stage pays it. The finder below, installed by rao_core/__init__, lets
 transformers see scikit-learn as absent when it first loads; scikit-learn itself stays importable
 for anything else. A process that imported scikit-learn before transformers keeps the usual

@@ -20,7 +20,8 @@ With `--reap` there is no command: the watchdog keeps a list of every process un
 and once that process is gone it ends them all. A `rao` command starts one (`start_reaper`), which
 covers what the command's libraries start outside any session of ours (a local Ray instance's
 agents outlive its driver's SIGKILL otherwise). `--remove DIR` then deletes DIR: the command's own
-temporary folder (`own_tempdir`), where it and all it starts keep their temporary files.
+temporary folder (`own_tempdir`), where it and all it starts keep their temporary files. All of
+them have DIR as their TMPDIR, so the reaper also ends those that started too late for its list.
 
 Only the standard library is used: it also runs under the vLLM environment's Python, where
 rao_core is not installed.
@@ -131,12 +132,12 @@ def using_tempdir(folder: str) -> list[int]:
     """The processes whose TMPDIR is `folder` (a command's own folder: all it starts inherit it)."""
     entry = f"TMPDIR={folder}".encode()
     found = []
-    for name in os.listdir("/proc"):
+    for name in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{name}/environ", "rb") as f:
-                if name.isdigit() and entry in f.read().split(b"\0"):
+                if entry in f.read().split(b"\0"):
                     found.append(int(name))
-        except OSError:
+        except OSError:  # gone, or not ours to read
             continue
     return found
 
