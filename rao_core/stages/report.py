@@ -243,6 +243,7 @@ def write_campaign_report(run: Run) -> dict[str, Path]:
     # a killed writer's half files: only these names' (`rao compare` writes here too)
     for name in CAMPAIGN_REPORTS:
         clean_temporaries(out, name)
+    curves_md, curves_png, delegation_png, depth_png = (out / name for name in CAMPAIGN_REPORTS)
     gain = {arm: g for arm in histories if (g := gains.run_gain(runs[arm]))}
     budget = {arm: gains.rollout_budget(runs[arm]) for arm in histories}
     delegation = {arm: gains.delegation_by_round(runs[arm]) for arm in histories}
@@ -252,11 +253,11 @@ def write_campaign_report(run: Run) -> dict[str, Path]:
     text += "\n## What the rollouts spent\n\n" + report.budget_markdown(budget)
     text += "\n## Delegation per policy version\n\n" + report.delegation_markdown(histories, delegation)
     files = {
-        "curves": write_text(out / CAMPAIGN_REPORTS[0], text),
-        "curves_plot": report.plot_learning_curves(histories, out / CAMPAIGN_REPORTS[1]),
-        "delegation_plot": report.plot_delegation(histories, delegation, out / CAMPAIGN_REPORTS[2]),
+        "curves": write_text(curves_md, text),
+        "curves_plot": report.plot_learning_curves(histories, curves_png),
+        "delegation_plot": report.plot_delegation(histories, delegation, delegation_png),
         "depth_plot": report.plot_depth_by_difficulty(
-            {f"{arm} v{max(h)}": h[max(h)] for arm, h in histories.items()}, out / CAMPAIGN_REPORTS[3]
+            {f"{arm} v{max(h)}": h[max(h)] for arm, h in histories.items()}, depth_png
         ),
     }
     tracker = run.tracker
