@@ -213,7 +213,9 @@ def timeless(summary: dict) -> dict:
 def test_local_eval_shards_are_one_evaluation(tmp_path):
     """A sharded evaluation on the real shipped checkpoint (greedy, HFEngine) holds, token for
     token, the trees of one unsharded evaluation, and summarises to the same figures."""
-    base = [f"runs_dir={tmp_path}", "eval.num_tasks=1"]  # 1 medium + 1 hard held-out task, a shard each
+    # 1 medium + 1 hard held-out task, a shard each; each shard's engine in this process (no 8 engine
+    # processes to start: they sample what it samples, tests/engines/test_hf_process.py)
+    base = [f"runs_dir={tmp_path}", "eval.num_tasks=1", "policy.engine_processes=0"]
     one = load_config(overrides=[*base, "run_name=one"])
     two = load_config(overrides=[*base, "run_name=two", "rollout.shards=2"])
     summaries = [timeless(evaluate(Run(cfg), 0)) for cfg in (one, two)]

@@ -34,12 +34,19 @@ def nodes(tmp_path, name: str, *extra: str) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def first(tmp_path_factory):
-    return nodes(tmp_path_factory.mktemp("runs"), "a")  # 8 trees in flight at once
+    return nodes(tmp_path_factory.mktemp("runs"), "a")  # 8 trees in flight at once, on engine processes
 
 
 def test_same_seed_same_trees_whatever_the_batching(tmp_path, first):
     a = first
-    b = nodes(tmp_path, "b", "rollout.max_concurrent_trees=1", "policy.max_batch_size=1")  # one at a time
+    # one tree at a time, in this process: `first` ran 8 at once on the engine's child processes
+    b = nodes(
+        tmp_path,
+        "b",
+        "rollout.max_concurrent_trees=1",
+        "policy.max_batch_size=1",
+        "policy.engine_processes=0",
+    )
     assert sorted(a) == sorted(b) and len(a) > 8
     for node_id, row in a.items():
         other = b[node_id]
@@ -51,6 +58,6 @@ def test_same_seed_same_trees_whatever_the_batching(tmp_path, first):
 
 def test_another_seed_samples_other_trees(tmp_path, first):
     a = first
-    c = nodes(tmp_path, "c", "rollout.seed=1")
+    c = nodes(tmp_path, "c", "rollout.seed=1", "policy.engine_processes=0")
     differ = [k for k in a if k not in c or a[k]["token_ids"] != c[k]["token_ids"]]
     assert len(differ) > len(a) // 4

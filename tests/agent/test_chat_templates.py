@@ -64,6 +64,7 @@ def test_sampled_tokens_are_the_trained_tokens(name, tmp_path, monkeypatch):
             f"runs_dir={tmp_path}", "run_name=r", f"policy.model={model}", f"policy.chat_template_kwargs={kwargs}",
             "agent.max_steps=3", "agent.max_new_tokens=12", "rollout.difficulty=medium",
             "rollout.num_tasks=1", "rollout.group_size=2", "scoring.zero_advantage_groups=keep",
+            "policy.engine_processes=0",  # the engine here: its child processes sample the same (test_hf_process)
         ]
     )  # fmt: skip
     made = common.open_policy

@@ -44,7 +44,7 @@ def config(tmp_path, *overrides: str):
 
 
 def test_a_cached_hub_id_trains_and_serves(tmp_path, hub):
-    cfg = config(tmp_path)
+    cfg = config(tmp_path, "policy.engine_processes=0")  # the engine here (its children load the same folder)
     assert initial_model(cfg.policy.model, cfg.run_dir) == hub
     open_suite(cfg)
     roll_out(Run(cfg), 0)

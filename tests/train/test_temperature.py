@@ -18,6 +18,7 @@ SMALL = [  # the shipped warm start on the small profile, a few short trees
     "rollout.num_tasks=2", "rollout.group_size=3", "rollout.difficulty=medium", "agent.max_steps=6",
     "scoring.zero_advantage_groups=keep", "scoring.single_tree_groups=zero_baseline",
     "train.lr=0", "train.steps_per_round=1", "train.keep_optimizer_state=false",
+    "policy.engine_processes=0",  # the engine here: its child processes sample the same (test_hf_process)
 ]  # fmt: skip
 
 
