@@ -197,10 +197,8 @@ def main() -> None:
     print(f"(b) forward-only: {forward:6.1f} s  (the same forwards, nothing else)")
     peaks = ", ".join(f"{g:.2f}" for g in child_peaks)
     idle = ", ".join(f"{g:.2f}" for g in child_idle)
-    print(
-        f"memory (GiB): this process's peak after (a0) {parent_peak:.2f}; each engine process's "
-        f"peak {peaks}, after the round (its model unloaded) {idle}"
-    )
+    children = f"; each engine process's peak {peaks}, after the round (its model unloaded) {idle}"
+    print(f"memory (GiB): this process's peak after (a0) {parent_peak:.2f}{children if child_peaks else ''}")
     print(
         f"rollout / forward-only = {rollout / forward:.1f}x; in process / rollout = {seconds_in_process / rollout:.1f}x"
     )

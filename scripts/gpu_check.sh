@@ -108,7 +108,9 @@ p_real_size() {
 
 p_rollout_bench() {
   local size=()
-  ((DRY)) && size=(rollout.num_tasks=1 rollout.group_size=2 agent.max_steps=4)
+  # dry: the engine in the bench's process, as on a GPU (engine processes are a CPU's; their imports
+  # would be most of the part)
+  ((DRY)) && size=(rollout.num_tasks=1 rollout.group_size=2 agent.max_steps=4 policy.engine_processes=0)
   sets policy.device="$DEVICE" "${size[@]}"
   "$PY" bench/rollout_bench.py --runs-dir "$OUT/bench" "${SETS[@]}"
 }
