@@ -26,6 +26,7 @@ from rao_core.config import RunConfig, to_dict
 from rao_core.layout import RunLayout
 from rao_core.store.files import write_json
 from rao_core.store.parquet import is_complete, read_meta
+from rao_core.tracking_store import seed_store
 
 
 def metric_name(key: str) -> str:
@@ -84,6 +85,9 @@ class Tracker:
         from mlflow.tracking import MlflowClient
 
         with self._store_lock():  # the client opens (on first use: creates) the store
+            db = (self.runs_dir / "mlflow.db").resolve()
+            if self.uri == f"sqlite:///{db}" and not db.exists():
+                seed_store(db)  # a copy of an empty store: MLflow's migrations run once per version
             return MlflowClient(tracking_uri=self.uri)
 
     def _experiment_id(self, client) -> str:
