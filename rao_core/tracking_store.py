@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from rao_core.store.files import atomic_write
+
 
 def template_path() -> Path:
     """The empty store of this MLflow version, in the user's cache."""
@@ -25,21 +27,33 @@ def template_path() -> Path:
     return cache / "rao" / f"mlflow-{importlib.metadata.version('mlflow')}-empty.db"
 
 
+def _backup(src: Path, dst: Path) -> None:
+    """A consistent copy of SQLite file `src`, whatever connections to it are still open."""
+    with contextlib.closing(sqlite3.connect(src)) as a, contextlib.closing(sqlite3.connect(dst)) as b:
+        a.backup(b)
+
+
 def _make_template(path: Path) -> None:
-    """Let MLflow create and migrate a store in a scratch folder, then snapshot it into `path`."""
+    """Let MLflow create and migrate a store in a scratch folder, then copy it to `path`."""
     from mlflow.tracking import MlflowClient
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
+    with tempfile.TemporaryDirectory() as scratch:
         made = Path(scratch) / "made.db"
         MlflowClient(tracking_uri=f"sqlite:///{made}").search_experiments(max_results=1)
-        snapshot = Path(scratch) / "snapshot.db"
-        with (
-            contextlib.closing(sqlite3.connect(made)) as src,
-            contextlib.closing(sqlite3.connect(snapshot)) as dst,
-        ):
-            src.backup(dst)  # a consistent copy, whatever MLflow's engine still holds open
-        os.replace(snapshot, path)  # atomic: a process reading the template sees all of it or none
+        atomic_write(path, lambda tmp: _backup(made, tmp))
+
+
+def _fill(store: Path, template: Path) -> None:
+    """`store` as a copy of the template, its Default experiment what MLflow would give it here
+    and now."""
+    shutil.copyfile(template, store)
+    now = int(time.time() * 1000)
+    with contextlib.closing(sqlite3.connect(store)) as con, con:
+        con.execute(
+            "UPDATE experiments SET artifact_location = ?, creation_time = ?, last_update_time = ? "
+            "WHERE experiment_id = 0",
+            (str(Path("mlruns").resolve() / "0"), now, now),
+        )
 
 
 def seed_store(db: Path) -> bool:
@@ -48,22 +62,11 @@ def seed_store(db: Path) -> bool:
     caller holds the runs folder's store lock."""
     if os.environ.get("RAO_MLFLOW_TEMPLATE", "1") == "0":
         return False
-    tmp = db.with_name(f".{db.name}.tmp-{os.getpid()}")
     try:
         template = template_path()
         if not template.is_file():
             _make_template(template)
-        shutil.copyfile(template, tmp)
-        with contextlib.closing(sqlite3.connect(tmp)) as con, con:
-            # what MLflow gives the Default experiment of a store it creates here and now
-            now = int(time.time() * 1000)
-            con.execute(
-                "UPDATE experiments SET artifact_location = ?, creation_time = ?, last_update_time = ? "
-                "WHERE experiment_id = 0",
-                (str(Path("mlruns").resolve() / "0"), now, now),
-            )
-        os.replace(tmp, db)
+        atomic_write(db, lambda tmp: _fill(tmp, template))
     except Exception:  # whatever failed, MLflow creates the store itself (and says so if it cannot)
-        tmp.unlink(missing_ok=True)
         return False
     return True

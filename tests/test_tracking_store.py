@@ -62,7 +62,7 @@ def test_a_seeded_store_is_the_store_mlflow_creates(tmp_path, cache, monkeypatch
     own = tmp_path / "own.db"
     MlflowClient(tracking_uri=f"sqlite:///{own}").search_experiments()
     assert schema(tmp_path / "second" / "mlflow.db") == schema(own)
-    assert not list((tmp_path / "second").glob(".mlflow.db.tmp-*"))
+    assert not list((tmp_path / "second").glob(".tmp-mlflow.db-*"))
 
 
 def test_mlflow_creates_the_store_when_no_copy_can_be_made(tmp_path, cache, monkeypatch):
@@ -73,4 +73,4 @@ def test_mlflow_creates_the_store_when_no_copy_can_be_made(tmp_path, cache, monk
     campaign(tmp_path / "off")
     assert not (tmp_path / "other-cache").exists()
     assert schema(tmp_path / "unwritable" / "mlflow.db")[1] == schema(tmp_path / "off" / "mlflow.db")[1]
-    assert not list((tmp_path / "unwritable").glob(".mlflow.db.tmp-*"))
+    assert not list((tmp_path / "unwritable").glob(".tmp-mlflow.db-*"))
